@@ -1,0 +1,38 @@
+# unflush: the two commands a newcomer needs are `make bench` and `make test`.
+# Everything else is a step of those, exposed for development.
+
+PYTHON ?= python3
+LAB = $(PYTHON) -m lab
+BENCH_ARGS ?=
+TEST_ARGS ?=
+
+.PHONY: bench test setup tree build export guest clean
+
+# Build vanilla and patched kernels, boot both, run every experiment, report.
+bench: setup
+	$(LAB) build vanilla patched
+	$(LAB) bench --no-build $(BENCH_ARGS)
+
+# Host-side tests of the lab, then tests that boot each kernel.
+test: setup
+	$(LAB) build vanilla patched
+	$(PYTHON) -m pytest -ra $(TEST_ARGS) tests
+
+setup:
+	$(LAB) setup
+
+tree: setup
+	$(LAB) tree
+
+build: setup
+	$(LAB) build vanilla patched
+
+# Write the commits of build/patched back to patches/.
+export:
+	$(LAB) export
+
+guest:
+	$(MAKE) -C guest O=$(CURDIR)/build/guest
+
+clean:
+	rm -rf build/guest build/initramfs build/runs

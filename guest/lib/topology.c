@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Which CPUs and NUMA nodes there are, and pinning threads to CPUs. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "unflush.h"
+
+bool parse_list(const char *text, bool *set, int max)
+{
+	const char *p = text;
+
+	memset(set, 0, max * sizeof(*set));
+	while (*p && *p != '\n') {
+		char *end;
+		long lo = strtol(p, &end, 10), hi = lo;
+
+		if (end == p || lo < 0)
+			return false;
+		if (*end == '-') {
+			p = end + 1;
+			hi = strtol(p, &end, 10);
+			if (end == p || hi < lo)
+				return false;
+		}
+		for (long i = lo; i <= hi && i < max; i++)
+			set[i] = true;
+		p = end;
+		if (*p == ',')
+			p++;
+		else if (*p && *p != '\n')
+			return false;
+	}
+	return true;
+}
+
+static int list_file(const char *path, int *out, int max)
+{
+	bool set[MAX_CPUS];
+	char text[4096];
+	int n = 0;
+
+	if (!setting_read(path, text, sizeof(text)) ||
+	    !parse_list(text, set, MAX_CPUS))
+		return -1;
+	for (int i = 0; i < MAX_CPUS && n < max; i++)
+		if (set[i])
+			out[n++] = i;
+	return n;
+}
+
+int online_cpus(int *cpus, int max)
+{
+	int online[MAX_CPUS], n, count = 0;
+	cpu_set_t allowed;
+
+	n = list_file("/sys/devices/system/cpu/online", online, MAX_CPUS);
+	if (n < 0)
+		die(1, "cannot read /sys/devices/system/cpu/online: is sysfs mounted?");
+	/* taskset or a cpuset may have fenced us in: use only what we may */
+	if (sched_getaffinity(0, sizeof(allowed), &allowed))
+		die(1, "sched_getaffinity: %s", strerror(errno));
+	for (int i = 0; i < n && count < max; i++)
+		if (online[i] < CPU_SETSIZE && CPU_ISSET(online[i], &allowed))
+			cpus[count++] = online[i];
+	return count;
+}
+
+void pin_to_cpu(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	/* pid 0 is the calling thread, not the whole process */
+	if (sched_setaffinity(0, sizeof(set), &set))
+		die(1, "cannot pin to CPU %d: %s", cpu, strerror(errno));
+}
+
+int node_list(const char *name, int *nodes, int max)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), "/sys/devices/system/node/%s", name);
+	return list_file(path, nodes, max);
+}

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Errors, time and the command-line options every program shares. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "unflush.h"
+
+/* "<prog>: <message><tail>" as one line on stderr. */
+static void say(const char *tail, const char *fmt, va_list ap)
+{
+	fflush(stdout);
+	fprintf(stderr, "%s: ", program_invocation_short_name);
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "%s\n", tail);
+}
+
+void die(int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	say("", fmt, ap);
+	va_end(ap);
+	exit(code);	/* atexit runs the cleanup stack */
+}
+
+void usage_error(const char *fmt, ...)
+{
+	char tail[128];
+	va_list ap;
+
+	snprintf(tail, sizeof(tail), " (see %s --help)",
+		 program_invocation_short_name);
+	va_start(ap, fmt);
+	say(tail, fmt, ap);
+	va_end(ap);
+	exit(2);
+}
+
+void bad_option(char **argv)
+{
+	/* getopt's own message is switched off: one line, ours */
+	usage_error("unknown option or missing value: '%s'", argv[optind - 1]);
+}
+
+double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+unsigned long long parse_size(const char *opt, const char *arg)
+{
+	unsigned long long v, unit = 1;
+	char *end;
+
+	errno = 0;
+	v = strtoull(arg, &end, 10);
+	switch (*end) {
+	case 'k': case 'K': unit = KiB; end++; break;
+	case 'm': case 'M': unit = MiB; end++; break;
+	case 'g': case 'G': unit = GiB; end++; break;
+	}
+	if (errno || end == arg || *end || v == 0 || v > ~0ULL / unit)
+		usage_error("bad %s '%s': give a size like 4096, 64K, 256M or 1G",
+			    opt, arg);
+	return v * unit;
+}
+
+long parse_count(const char *opt, const char *arg, long min)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(arg, &end, 10);
+	if (errno || end == arg || *end || v < min)
+		usage_error("bad %s '%s': give a whole number >= %ld", opt, arg,
+			    min);
+	return v;
+}
+
+void run_opts_init(struct run_opts *o, const char *usage, bool threads)
+{
+	memset(o, 0, sizeof(*o));
+	o->usage = usage;
+	o->reps = 3;
+	o->threads = threads;
+	opterr = 0;
+}
+
+bool run_option(struct run_opts *o, int opt, char **argv)
+{
+	const char *arg = optarg;
+
+	switch (opt) {
+	case OPT_REPS:
+		o->reps = parse_count("--reps", arg, 1);
+		return true;
+	case OPT_QUICK:
+		o->quick = true;
+		return true;
+	case OPT_SHAPE:
+		if (strcmp(arg, "single") && strcmp(arg, "threads"))
+			usage_error("bad --shape '%s': use single or threads",
+				    arg);
+		o->threads = !strcmp(arg, "threads");
+		o->shape_given = true;
+		return true;
+	case 'h':
+		fputs(o->usage, stdout);
+		exit(0);
+	case '?':
+		bad_option(argv);
+	}
+	return false;
+}
+
+const char *shape_name(const struct run_opts *o)
+{
+	return o->threads ? "threads" : "single";
+}

@@ -1,0 +1,1 @@
+"""unflush lab: build, boot and measure vanilla and patched Linux 6.12."""

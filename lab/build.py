@@ -1,0 +1,197 @@
+"""Configure and build the lab's kernels.
+
+Three variants, one config fragment:
+
+  vanilla  build/vanilla  tinyconfig + config/lab.config
+  patched  build/patched  tinyconfig + config/lab.config
+  debug    build/patched  tinyconfig + config/lab.config + config/debug.config
+
+Each build directory is `<tree>/.o-<variant>`: one level below its source, so
+kbuild uses `srctree=..` and the compiler sees the same relative paths in both
+trees.  That lets ccache share every object the series does not touch.
+"""
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab import paths, tree
+from lab.errors import LabError
+from lab.progress import Progress, say
+
+VARIANTS = {
+    "vanilla": ("vanilla", ["lab.config"]),
+    "patched": ("patched", ["lab.config"]),
+    "debug": ("patched", ["lab.config", "debug.config"]),
+}
+
+CONFIG_LINE = re.compile(r"^(CONFIG_\w+)=(.*)$|^# (CONFIG_\w+) is not set$")
+BUILD_STEP = re.compile(r"^\s+(CC|AS|LD|AR|GEN|HOSTCC|OBJCOPY|VDSO\S*)\s+(\S+)")
+
+
+@dataclass
+class Kernel:
+    variant: str
+    image: Path
+    release: str
+    objdir: Path
+
+
+def check_variant(variant):
+    if variant not in VARIANTS:
+        raise LabError(f"unknown kernel variant {variant!r}: choose from "
+                       f"{', '.join(VARIANTS)}", exit_code=2)
+
+
+def source_tree(variant):
+    check_variant(variant)
+    return tree.vanilla_dir() if VARIANTS[variant][0] == "vanilla" else tree.patched_dir()
+
+
+def objdir(variant):
+    return source_tree(variant) / f".o-{variant}"
+
+
+def fragments(variant):
+    return [paths.CONFIG / name for name in VARIANTS[variant][1]]
+
+
+def wanted_options(frags):
+    """CONFIG_X -> value ('n' for 'is not set') as the fragments ask."""
+    wanted = {}
+    for frag in frags:
+        for line in frag.read_text().splitlines():
+            m = CONFIG_LINE.match(line.strip())
+            if m:
+                wanted[m.group(1) or m.group(3)] = m.group(2) if m.group(1) else "n"
+    return wanted
+
+
+def _make(variant, *targets, log=None, extra_env=None):
+    src = source_tree(variant)
+    cmd = ["make", "-C", str(src), f"O={objdir(variant)}", *targets]
+    env = dict(os.environ, **(extra_env or {}))
+    if log is None:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise LabError(f"`make {' '.join(targets)}` failed for {variant}: "
+                           f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+        return proc
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def configure(variant):
+    """tinyconfig + fragments, re-done only when a fragment changed."""
+    out = objdir(variant)
+    frags = fragments(variant)
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in frags)).hexdigest()
+    stamp = out / ".unflush-config"
+    if (out / ".config").exists() and stamp.exists() and stamp.read_text() == digest:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    _make(variant, "tinyconfig")
+    merge = source_tree(variant) / "scripts" / "kconfig" / "merge_config.sh"
+    proc = subprocess.run([str(merge), "-m", "-O", str(out), str(out / ".config"),
+                           *map(str, frags)], cwd=source_tree(variant),
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise LabError(f"merging config fragments for {variant} failed: "
+                       f"{proc.stderr.strip() or proc.stdout.strip()}")
+    _make(variant, "olddefconfig")
+    check_config(out / ".config", frags)
+    stamp.write_text(digest)
+
+
+def check_config(config, frags):
+    """Every option a fragment asks for must survive olddefconfig.
+
+    Kconfig silently drops an option whose dependencies are unmet; the
+    experiments would then measure a kernel without, say, madvise().
+    """
+    have = {}
+    for line in config.read_text().splitlines():
+        m = CONFIG_LINE.match(line)
+        if m:
+            have[m.group(1) or m.group(3)] = m.group(2) if m.group(1) else "n"
+    for name, value in wanted_options(frags).items():
+        if have.get(name, "n") != value:
+            raise LabError(f"{name}={value} from config/ did not survive olddefconfig "
+                           f"(got {have.get(name, 'n')}): a dependency is missing; "
+                           f"add it to the fragment")
+
+
+def build(variant, jobs=None):
+    """Build the bzImage of `variant`, incrementally, showing progress."""
+    check_variant(variant)
+    if VARIANTS[variant][0] == "vanilla":
+        tree.ensure_vanilla()
+    else:
+        tree.ensure_patched()
+    configure(variant)
+    out = objdir(variant)
+    jobs = jobs or (os.cpu_count() or 2) + 1
+    ccache_dir = paths.cache_dir() / "ccache"
+    env = {
+        "CCACHE_DIR": str(ccache_dir),
+        "CCACHE_MAXSIZE": "8G",
+        # git checkouts give every file a fresh mtime; content is what counts
+        "CCACHE_SLOPPINESS": "include_file_mtime,include_file_ctime,time_macros",
+        "KBUILD_BUILD_USER": "unflush",
+        "KBUILD_BUILD_HOST": "lab",
+    }
+    cc = ["CC=ccache gcc"] if shutil.which("ccache") else []
+    log_path = out / "build.log"
+    prog = Progress(f"build {variant}")
+    steps, last = 0, ""
+    with open(log_path, "w") as log:
+        proc = _make(variant, *cc, f"-j{jobs}", "bzImage", log=log, extra_env=env)
+        with open(log_path) as follow:
+            while True:
+                line = follow.readline()
+                if not line:
+                    if proc.poll() is not None:
+                        break
+                    prog.update(f"{steps} steps, {last}")
+                    time.sleep(0.5)
+                    continue
+                m = BUILD_STEP.match(line)
+                if m:
+                    steps, last = steps + 1, m.group(2)
+                    prog.update(f"{steps} steps, {last}")
+    if proc.returncode != 0:
+        excerpt, first = compiler_errors(log_path.read_text())
+        for line in excerpt:
+            say("  " + line)
+        raise LabError(f"kernel build of {variant} failed: {first} (full log: {log_path})")
+    release = (out / "include" / "config" / "kernel.release").read_text().strip()
+    prog.done(f"{release}, {steps} steps")
+    return Kernel(variant, out / "arch" / "x86" / "boot" / "bzImage", release, out)
+
+
+def compiler_errors(log_text):
+    """The compiler's own error lines with a little context, and the first one."""
+    lines = log_text.splitlines()
+    idx = [i for i, ln in enumerate(lines) if re.search(r"\berror\b|Error \d", ln)]
+    if not idx:
+        return lines[-20:], (lines[-1] if lines else "no output")
+    excerpt = []
+    for i in idx[:8]:
+        excerpt.extend(lines[max(0, i - 2):i + 3])
+    first = next((lines[i] for i in idx if ": error:" in lines[i]), lines[idx[0]])
+    return excerpt[:60], first.strip()
+
+
+def built(variant):
+    """The kernel of a previous build, without building."""
+    out = objdir(variant)
+    image = out / "arch" / "x86" / "boot" / "bzImage"
+    release_file = out / "include" / "config" / "kernel.release"
+    if not image.exists() or not release_file.exists():
+        raise LabError(f"the {variant} kernel is not built: run `python3 -m lab build "
+                       f"{variant}`")
+    return Kernel(variant, image, release_file.read_text().strip(), out)

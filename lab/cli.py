@@ -1,0 +1,123 @@
+"""Command line of the lab: `python3 -m lab <command> ...`.
+
+  setup                 install the Debian and Python packages the lab needs
+  tree [--force]        make build/vanilla and build/patched (series applied)
+  export                write build/patched's commits back to patches/
+  build [VARIANT...]    build kernels (vanilla, patched, debug)
+  run [options] -- CMD  boot a kernel and run CMD in it
+  bench [options]       run the benchmark suite and write a report
+"""
+
+import argparse
+import json
+import sys
+
+from lab import build, deps, tree, vm
+from lab.errors import LabError
+
+
+def add_shape_options(p):
+    p.add_argument("--cpus", type=int, default=2, help="vCPUs (default 2)")
+    p.add_argument("--mem", default="2G", help="memory of node 0 (default 2G)")
+    p.add_argument("--node1", metavar="SIZE",
+                   help="add a CPU-less, slower NUMA node 1 of SIZE (tiered memory)")
+    p.add_argument("--zram", metavar="SIZE", help="zram swap device of SIZE")
+    p.add_argument("--append", default="", help="extra kernel command line")
+    p.add_argument("--accel", default="auto", choices=["auto", "tcg", "kvm"],
+                   help="auto: KVM only if a boot probe shows it runs a stock kernel")
+    p.add_argument("--icount", action="store_true",
+                   help="-icount shift=0: guest time counts instructions (one host thread)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds (default 600)")
+
+
+def shape_from(args):
+    return vm.VMShape(cpus=args.cpus, mem=args.mem, node1=args.node1, zram=args.zram,
+                      append=args.append, accel=args.accel, icount=args.icount,
+                      timeout=args.timeout)
+
+
+def cmd_run(args):
+    if not args.command:
+        raise LabError("run: give the guest command after --, e.g. "
+                       "`python3 -m lab run -- cat /proc/meminfo`", exit_code=2)
+    kernel = build.built(args.kernel)
+    command = " ".join(args.command)
+    if args.counters:
+        command = f"counters -- sh -c {json.dumps(command)}"
+    result = vm.run(kernel, command, shape_from(args), logdir=args.logdir,
+                    dry_run=args.dry_run)
+    if result is None:
+        return 0
+    sys.stdout.write(result.output)
+    return result.exit_code
+
+
+def cmd_build(args):
+    for variant in args.variants or ["vanilla", "patched"]:
+        build.check_variant(variant)
+    for variant in args.variants or ["vanilla", "patched"]:
+        build.build(variant, jobs=args.jobs)
+    return 0
+
+
+def cmd_bench(args):
+    from lab import bench  # imports matplotlib only when a report is made
+    return bench.main(args)
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="python3 -m lab", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+    sub.add_parser("setup", help="install the packages the lab needs")
+    t = sub.add_parser("tree", help="make the vanilla and patched kernel trees")
+    t.add_argument("--force", action="store_true",
+                   help="re-make build/patched from patches/, discarding its commits")
+    sub.add_parser("export", help="write build/patched's commits to patches/")
+    b = sub.add_parser("build", help="build kernels")
+    b.add_argument("variants", nargs="*", metavar="VARIANT",
+                   help=f"{', '.join(build.VARIANTS)} (default: vanilla patched)")
+    b.add_argument("-j", "--jobs", type=int, help="parallel jobs (default: CPUs+1)")
+    r = sub.add_parser("run", help="boot a kernel and run a command in it")
+    r.add_argument("--kernel", default="vanilla", help="variant (default vanilla)")
+    add_shape_options(r)
+    r.add_argument("--counters", action="store_true",
+                   help="wrap the command with the counters program (JSON deltas)")
+    r.add_argument("--logdir", help="where to keep console and output logs")
+    r.add_argument("--dry-run", action="store_true", help="print the QEMU command only")
+    r.add_argument("command", nargs=argparse.REMAINDER)
+    from lab import bench_args
+    bench_args.add(sub.add_parser("bench", help="run the benchmark suite"))
+    return p
+
+
+def main(argv=None):
+    p = parser()
+    args = p.parse_args(argv)
+    if args.cmd == "run" and args.command[:1] == ["--"]:
+        args.command = args.command[1:]
+    try:
+        if args.cmd == "setup":
+            deps.setup()
+            return 0
+        if args.cmd == "tree":
+            tree.ensure_vanilla()
+            tree.ensure_patched(force=args.force)
+            return 0
+        if args.cmd == "export":
+            tree.export()
+            return 0
+        if args.cmd == "build":
+            return cmd_build(args)
+        if args.cmd == "run":
+            return cmd_run(args)
+        if args.cmd == "bench":
+            return cmd_bench(args)
+        p.print_help()
+        return 2
+    except LabError as e:
+        sys.stderr.write(f"lab: {e}\n")
+        return e.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("lab: interrupted\n")
+        return 130

@@ -1,0 +1,230 @@
+"""Kernel source trees: pristine Debian 6.12 as a git commit, our series on top.
+
+build/vanilla  git repository; its only commit is the untarred Debian source,
+               tagged `vanilla`.  Never modified after creation.
+build/patched  a worktree of the same repository on branch `unflush`: the
+               vanilla commit plus patches/ applied with `git am`.
+
+Developers edit and commit in build/patched and run `lab export` to write the
+commits back to patches/.  A stamp file remembers which series (by hash) and
+which HEAD the tree was made from, so the tree is only re-made when patches/
+changed, and never when it holds commits that were not exported yet.
+"""
+
+import hashlib
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from lab import paths
+from lab.errors import LabError
+from lab.progress import Progress, say
+
+DEB_PACKAGE = "linux-source-6.12"
+BRANCH = "unflush"
+BASE_TAG = "vanilla"
+IDENTITY = ["-c", "user.name=unflush lab", "-c", "user.email=unflush@example.org"]
+
+
+def vanilla_dir() -> Path:
+    return paths.work_dir() / "vanilla"
+
+
+def patched_dir() -> Path:
+    return paths.work_dir() / "patched"
+
+
+def git(tree, *args, check=True):
+    """Run git in `tree`; on failure raise with git's own first error line."""
+    proc = subprocess.run(["git", "-C", str(tree), *IDENTITY, *args],
+                          capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise LabError(f"git {' '.join(args[:2])} failed in {tree}: "
+                       f"{first_error(proc.stderr or proc.stdout)}")
+    return proc
+
+
+def first_error(text):
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith(("error:", "fatal:")):
+            return ln
+    return lines[0] if lines else "(no output)"
+
+
+# --- the series --------------------------------------------------------------
+
+def series_files():
+    """Patch files in the order of patches/series."""
+    order = paths.PATCHES / "series"
+    if not order.exists():
+        return []
+    files = []
+    for line in order.read_text().splitlines():
+        name = line.split("#", 1)[0].strip()
+        if not name:
+            continue
+        path = paths.PATCHES / name
+        if not path.is_file():
+            raise LabError(f"patches/series names {name}, which is not in "
+                           f"patches/: restore it or remove the line")
+        files.append(path)
+    return files
+
+
+def series_hash():
+    """Identifies the series: a patched build is keyed on it."""
+    h = hashlib.sha256()
+    for path in series_files():
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def installed_base_version():
+    proc = subprocess.run(["dpkg-query", "-W", "-f=${Version}", DEB_PACKAGE],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def recorded_base_version():
+    path = paths.PATCHES / "base-version"
+    return path.read_text().strip() if path.exists() else None
+
+
+def check_base_version():
+    """Warn (not fail) when the installed source is not what we tested."""
+    installed, recorded = installed_base_version(), recorded_base_version()
+    if installed and recorded and installed != recorded:
+        say(f"lab: warning: the series was tested on {DEB_PACKAGE} {recorded}, "
+            f"this machine has {installed}; patches may not apply or behave "
+            f"the same")
+
+
+# --- trees ---------------------------------------------------------------------
+
+def ensure_vanilla():
+    """Create build/vanilla from the Debian tarball, once."""
+    tree = vanilla_dir()
+    if (tree / ".git").exists() and git(tree, "rev-parse", "-q", "--verify",
+                                        BASE_TAG, check=False).returncode == 0:
+        return tree
+    tarball = paths.kernel_tarball()
+    if not tarball.is_file():
+        raise LabError(f"kernel source not found at {tarball}: run `make setup` "
+                       f"(installs {DEB_PACKAGE}) or set UNFLUSH_KERNEL_TARBALL")
+    check_base_version()
+    if tree.exists():
+        shutil.rmtree(tree)  # a half-made tree from an interrupted run
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    prog = Progress("vanilla tree")
+    prog.update(f"unpacking {tarball.name}", force=True)
+    with tempfile.TemporaryDirectory(dir=tree.parent) as tmp:
+        with tarfile.open(tarball) as tar:
+            top = tar.next().name.split("/", 1)[0]
+        subprocess.run(["tar", "-C", tmp, "-xf", str(tarball)], check=True)
+        Path(tmp, top).rename(tree)
+    prog.update("committing the pristine source", force=True)
+    git(tree, "init", "-q", "-b", "master")
+    # -f: the Debian tarball ships files the kernel's .gitignore would skip;
+    # a worktree made from the commit must have every one of them.
+    git(tree, "add", "-A", "-f")
+    version = installed_base_version() or tarball.name
+    git(tree, "commit", "-q", "-m", f"Linux 6.12 from Debian {DEB_PACKAGE} {version}")
+    git(tree, "tag", BASE_TAG)
+    # build directories live inside the trees (srctree=.. keeps compiler
+    # paths identical between trees, so ccache shares objects)
+    with open(tree / ".git" / "info" / "exclude", "a") as f:
+        f.write("/.o-*/\n")
+    prog.done("ready")
+    return tree
+
+
+def _stamp_path():
+    return vanilla_dir() / ".git" / "unflush-series"
+
+
+def _read_stamp():
+    try:
+        series, head = _stamp_path().read_text().split()
+        return series, head
+    except (FileNotFoundError, ValueError):
+        return None, None
+
+
+def _write_stamp(head):
+    _stamp_path().write_text(f"{series_hash()} {head}\n")
+
+
+def ensure_patched(force=False):
+    """Make build/patched = vanilla + patches/, unless it already is."""
+    ensure_vanilla()
+    tree = patched_dir()
+    if not (tree / ".git").exists():
+        if tree.exists():
+            shutil.rmtree(tree)
+        git(vanilla_dir(), "worktree", "prune")
+        git(vanilla_dir(), "worktree", "add", "-q", "-B", BRANCH, str(tree), BASE_TAG)
+        _apply_series(tree)
+        return tree
+    head = git(tree, "rev-parse", "HEAD").stdout.strip()
+    stamped_series, stamped_head = _read_stamp()
+    if stamped_series == series_hash() and stamped_head == head:
+        return tree
+    if not force:
+        if git(tree, "status", "--porcelain", "--untracked-files=no").stdout.strip():
+            raise LabError(f"{tree} has uncommitted changes: commit them and run "
+                           f"`python3 -m lab export`, or rerun with --force to "
+                           f"discard them")
+        if stamped_head and head != stamped_head:
+            raise LabError(f"{tree} has commits that are not in patches/: run "
+                           f"`python3 -m lab export` first, or rerun with --force "
+                           f"to rebuild the tree from patches/")
+    git(tree, "am", "--abort", check=False)
+    git(tree, "reset", "-q", "--hard", BASE_TAG)
+    _apply_series(tree)
+    return tree
+
+
+def _apply_series(tree):
+    files = series_files()
+    check_base_version()
+    prog = Progress("patched tree")
+    for i, patch in enumerate(files, 1):
+        prog.update(f"git am {i}/{len(files)} {patch.name}")
+        proc = git(tree, "am", "-q", "--whitespace=nowarn", str(patch), check=False)
+        if proc.returncode != 0:
+            reason = first_error(proc.stdout + "\n" + proc.stderr)
+            git(tree, "am", "--abort", check=False)
+            git(tree, "reset", "-q", "--hard", BASE_TAG)
+            _stamp_path().unlink(missing_ok=True)
+            raise LabError(f"patch {patch.name} does not apply: {reason} "
+                           f"(rebase it on {BASE_TAG} or drop it from patches/series)")
+    head = git(tree, "rev-parse", "HEAD").stdout.strip()
+    _write_stamp(head)
+    prog.done(f"{len(files)} patches applied")
+
+
+def export():
+    """Write the patched tree's commits back to patches/ as format-patch files."""
+    tree = patched_dir()
+    if not (tree / ".git").exists():
+        raise LabError(f"no patched tree at {tree}: run `python3 -m lab tree` first")
+    if git(tree, "status", "--porcelain", "--untracked-files=no").stdout.strip():
+        raise LabError(f"{tree} has uncommitted changes: commit them before exporting")
+    for old in series_files():
+        old.unlink()
+    for stray in paths.PATCHES.glob("*.patch"):
+        stray.unlink()
+    paths.PATCHES.mkdir(exist_ok=True)
+    out = git(tree, "format-patch", "--no-signature", "--zero-commit",
+              "-o", str(paths.PATCHES), f"{BASE_TAG}..HEAD").stdout.split()
+    names = [Path(p).name for p in out]
+    (paths.PATCHES / "series").write_text("".join(n + "\n" for n in names))
+    version = installed_base_version()
+    if version:
+        (paths.PATCHES / "base-version").write_text(version + "\n")
+    _write_stamp(git(tree, "rev-parse", "HEAD").stdout.strip())
+    say(f"lab: exported {len(names)} patches to {paths.PATCHES}")
+    return names

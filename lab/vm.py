@@ -1,0 +1,260 @@
+"""Boot a lab kernel in QEMU, run one shell command in it, bring back the result.
+
+The guest has two serial ports: ttyS0 is the kernel console (kept whole as
+console.log), ttyS1 carries only the command's output and a closing
+`UNFLUSH-EXIT <status>` line written by guest/init.sh.  A run fails with a
+LabError when
+
+  - the guest never reports an exit status (panic, oops=panic, failed boot),
+  - it does not power off within the time-out (a hang),
+  - the console shows a kernel splat (WARNING, BUG, lockdep, KASAN, ...):
+    a test must not pass over one, so this is checked even when the command
+    itself succeeded.
+"""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab import initramfs, paths
+from lab.errors import LabError
+from lab.progress import Progress
+
+SPLAT = re.compile(
+    r"(WARNING: |BUG: |BUG kmalloc|Oops|Kernel panic|general protection fault|"
+    r"KASAN: |UBSAN: |possible circular locking|possible recursive locking|"
+    r"inconsistent lock state|suspicious RCU usage|INFO: task .* blocked|"
+    r"rcu: INFO: |soft lockup|hard LOCKUP|page_table_check|Bad page state|"
+    r"unflush: stale)")
+EXIT = re.compile(r"^UNFLUSH-EXIT (\d+)\s*$", re.M)
+SETUP_FAILED = re.compile(r"^UNFLUSH-SETUP-FAILED (.*)$", re.M)
+SIZE = re.compile(r"^\d+[KMG]$")
+QEMU = os.environ.get("UNFLUSH_QEMU", "qemu-system-x86_64")
+
+
+@dataclass
+class VMShape:
+    """What the guest machine looks like; recorded with every result."""
+    cpus: int = 2
+    mem: str = "2G"
+    node1: str | None = None      # size of a CPU-less second NUMA node
+    zram: str | None = None       # size of a zram swap device
+    append: str = ""              # extra kernel command line
+    accel: str = "auto"           # auto | tcg | kvm
+    icount: bool = False          # -icount shift=0: guest time = instructions
+    data_disk: Path | None = None  # ext2 image, mounted read-only at /data
+    timeout: float = 600.0
+
+    def validate(self):
+        if self.cpus < 1 or self.cpus > 64:
+            raise LabError(f"--cpus {self.cpus}: choose 1 to 64", exit_code=2)
+        for name in ("mem", "node1", "zram"):
+            value = getattr(self, name)
+            if value is not None and not SIZE.match(value):
+                raise LabError(f"--{name} {value!r}: give a size like 512M or 2G",
+                               exit_code=2)
+        if self.accel not in ("auto", "tcg", "kvm"):
+            raise LabError(f"--accel {self.accel!r}: choose auto, tcg or kvm",
+                           exit_code=2)
+        if self.timeout <= 0:
+            raise LabError("--timeout must be positive", exit_code=2)
+
+    def describe(self):
+        return {"cpus": self.cpus, "mem": self.mem, "node1": self.node1,
+                "zram": self.zram, "append": self.append, "icount": self.icount}
+
+
+@dataclass
+class RunResult:
+    exit_code: int
+    output: str
+    console: str
+    seconds: float
+    logdir: Path
+    accel: str
+    splats: list = field(default_factory=list)
+
+    def records(self, tag):
+        """Parse the `TAG {json}` lines the guest programs print."""
+        out = []
+        for line in self.output.splitlines():
+            if line.startswith(tag + " "):
+                out.append(json.loads(line[len(tag) + 1:]))
+        return out
+
+
+def to_mib(size):
+    return int(size[:-1]) * {"K": 1 / 1024, "M": 1, "G": 1024}[size[-1]]
+
+
+def qemu_command(image, initrd, shape, console_log, output_log, accel):
+    cmdline = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=6",
+               "nokaslr", "mitigations=off" if accel == "tcg" else ""]
+    if shape.zram:
+        cmdline.append(f"unflush.zram={shape.zram}")
+    if shape.data_disk:
+        cmdline.append("unflush.data=1")
+    cmd = [QEMU, "-nodefaults", "-no-user-config", "-no-reboot",
+           "-display", "none", "-smp", str(shape.cpus)]
+    if accel == "kvm":
+        cmd += ["-accel", "kvm", "-cpu", "host"]
+    elif shape.icount:
+        cmd += ["-accel", "tcg,thread=single", "-icount", "shift=0", "-cpu", "max"]
+    else:
+        cmd += ["-accel", "tcg,thread=multi", "-cpu", "max"]
+    mem0 = to_mib(shape.mem)
+    if shape.node1:
+        mem1 = to_mib(shape.node1)
+        last = shape.cpus - 1
+        cmd += ["-machine", "pc,hmat=on", "-m", f"{int(mem0 + mem1)}M",
+                "-object", f"memory-backend-ram,id=m0,size={int(mem0)}M",
+                "-object", f"memory-backend-ram,id=m1,size={int(mem1)}M",
+                "-numa", f"node,nodeid=0,cpus=0-{last},memdev=m0",
+                "-numa", "node,nodeid=1,memdev=m1,initiator=0"]
+        # HMAT says node 1 is far slower: the guest puts it in a lower memory
+        # tier, which gives reclaim a demotion target (lab-notes.md).
+        for node, lat, bw in ((0, 10, "10G"), (1, 200, "1G")):
+            base = f"hmat-lb,initiator=0,target={node},hierarchy=memory"
+            cmd += ["-numa", f"{base},data-type=access-latency,latency={lat}",
+                    "-numa", f"{base},data-type=access-bandwidth,bandwidth={bw}"]
+    else:
+        cmd += ["-m", f"{int(mem0)}M"]
+    if shape.data_disk:
+        cmd += ["-drive", f"file={shape.data_disk},if=virtio,format=raw,readonly=on"]
+    cmd += ["-kernel", str(image), "-initrd", str(initrd),
+            "-append", " ".join(a for a in cmdline + [shape.append] if a),
+            "-serial", f"file:{console_log}", "-serial", f"file:{output_log}"]
+    return cmd
+
+
+def find_splats(console):
+    lines = console.splitlines()
+    return [ln.strip() for ln in lines if SPLAT.search(ln)]
+
+
+def choose_accel(kernel, shape):
+    if shape.accel != "auto":
+        return shape.accel
+    return "kvm" if kvm_works(kernel) else "tcg"
+
+
+def kvm_works(kernel):
+    """Does this host's KVM run a stock kernel?  Decided by booting one.
+
+    A /dev/kvm that answers the KVM API is not enough: on the project's
+    machines it is a PVM hypervisor that kills a stock kernel during boot.
+    The answer is cached per kernel release and QEMU version.
+    """
+    if not Path("/dev/kvm").exists():
+        return False
+    qemu = subprocess.run([QEMU, "--version"], capture_output=True,
+                          text=True).stdout.split("\n")[0]
+    cache = paths.work_dir() / "kvm-probe.json"
+    key = f"{kernel.release} {qemu}"
+    try:
+        known = json.loads(cache.read_text())
+    except (FileNotFoundError, ValueError):
+        known = {}
+    if key not in known:
+        probe = VMShape(cpus=1, mem="512M", accel="kvm", timeout=60)
+        try:
+            result = run(kernel, "echo probe", probe, quiet=True)
+            known[key] = result.exit_code == 0 and "probe" in result.output
+        except LabError:
+            known[key] = False
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(known))
+    return known[key]
+
+
+def new_logdir(kernel):
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = paths.work_dir() / "runs" / f"{stamp}-{kernel.variant}"
+    logdir, n = base, 1
+    while logdir.exists():
+        n += 1
+        logdir = Path(f"{base}-{n}")
+    logdir.mkdir(parents=True)
+    return logdir
+
+
+def run(kernel, command, shape=None, logdir=None, quiet=False, allow_splats=False,
+        dry_run=False):
+    """Boot `kernel`, run `command` (a shell string) in it, return RunResult."""
+    shape = shape or VMShape()
+    shape.validate()
+    if shape.data_disk and not Path(shape.data_disk).is_file():
+        raise LabError(f"data disk {shape.data_disk} not found")
+    accel = choose_accel(kernel, shape)
+    logdir = Path(logdir) if logdir else new_logdir(kernel)
+    logdir.mkdir(parents=True, exist_ok=True)
+    console_log, output_log = logdir / "console.log", logdir / "output.log"
+    initrd = initramfs.run_image(command, logdir / "initrd.cpio.gz")
+    cmd = qemu_command(kernel.image, initrd, shape, console_log, output_log, accel)
+    (logdir / "qemu.cmd").write_text(shlex.join(cmd) + "\n")
+    if dry_run:
+        print(shlex.join(cmd))
+        return None
+    for f in (console_log, output_log):
+        f.write_text("")
+    prog = None if quiet else Progress(f"guest {kernel.variant}", interval=60)
+    start = time.monotonic()
+    qemu = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    timed_out = False
+    while qemu.poll() is None:
+        if time.monotonic() - start > shape.timeout:
+            timed_out = True
+            qemu.kill()
+            qemu.wait()
+            break
+        if prog:
+            prog.update(f"running ({accel}) {_last_line(output_log)}")
+        time.sleep(0.2)
+    seconds = time.monotonic() - start
+    qemu_out = qemu.stdout.read() if qemu.stdout else ""
+    console = console_log.read_text(errors="replace")
+    output = output_log.read_text(errors="replace").replace("\r\n", "\n")
+    (logdir / "qemu.out").write_text(qemu_out)
+    splats = find_splats(console)
+    where = f"(console log: {console_log})"
+    if timed_out:
+        raise LabError(f"guest {kernel.variant} timed out after {shape.timeout:.0f} s "
+                       f"and was killed; last console line: "
+                       f"{_last_line(console_log)!r} {where}")
+    setup = SETUP_FAILED.search(output)
+    if setup:
+        raise LabError(f"guest {kernel.variant} set-up failed: {setup.group(1)} {where}")
+    status = EXIT.search(output)
+    if status is None:
+        why = next((s for s in splats if "panic" in s or "Oops" in s),
+                   splats[0] if splats else None)
+        if why is None and qemu.returncode != 0:
+            why = f"QEMU exited with {qemu.returncode}: {qemu_out.strip()[-200:]}"
+        raise LabError(f"guest {kernel.variant} died before the command finished: "
+                       f"{why or _last_line(console_log)!r} {where}")
+    if splats and not allow_splats:
+        raise LabError(f"guest {kernel.variant}: kernel splat in the console: "
+                       f"{splats[0]!r} {where}")
+    if prog:
+        prog.done(f"exit {status.group(1)} ({accel})")
+    output = EXIT.sub("", output).rstrip("\n") + "\n" if output.strip() else ""
+    return RunResult(int(status.group(1)), output, console, seconds, logdir, accel,
+                     splats)
+
+
+def _last_line(path):
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 400))
+            tail = f.read().decode(errors="replace").replace("\r", "")
+    except FileNotFoundError:
+        return ""
+    lines = [ln for ln in tail.split("\n") if ln.strip()]
+    return lines[-1][:100] if lines else ""

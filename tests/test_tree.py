@@ -1,0 +1,123 @@
+"""Kernel trees from a tarball, the series applied with git am, exported back.
+
+These use a tiny stand-in for the Debian tarball, so they run in seconds.
+"""
+
+import subprocess
+import tarfile
+
+import pytest
+
+from lab import paths, tree
+from lab.errors import LabError
+
+PATCH_OK = """\
+From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: Test <test@example.org>
+Date: Mon, 1 Jan 2024 00:00:00 +0000
+Subject: [PATCH 1/2] mm: say hello
+
+---
+ mm/hello.c | 2 +-
+ 1 file changed, 1 insertion(+), 1 deletion(-)
+
+diff --git a/mm/hello.c b/mm/hello.c
+--- a/mm/hello.c
++++ b/mm/hello.c
+@@ -1 +1 @@
+-int hello;
++int hello = 1;
+--
+2.39.5
+"""
+
+PATCH_BAD = PATCH_OK.replace("[PATCH 1/2] mm: say hello", "[PATCH 2/2] mm: conflict") \
+    .replace("-int hello;\n+int hello = 1;", "-int goodbye;\n+int goodbye = 2;")
+
+
+@pytest.fixture
+def lab_env(tmp_path, monkeypatch):
+    src = tmp_path / "src" / "linux-source-6.12"
+    (src / "mm").mkdir(parents=True)
+    (src / "Makefile").write_text("VERSION = 6\n")
+    (src / "mm" / "hello.c").write_text("int hello;\n")
+    # a file the kernel's .gitignore would hide must still be in the tree
+    (src / ".gitignore").write_text("*.o\n")
+    (src / "mm" / "shipped.o").write_text("shipped\n")
+    tarball = tmp_path / "linux-source-6.12.tar.xz"
+    with tarfile.open(tarball, "w:xz") as tar:
+        tar.add(src, arcname="linux-source-6.12")
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    monkeypatch.setenv("UNFLUSH_KERNEL_TARBALL", str(tarball))
+    monkeypatch.setenv("UNFLUSH_WORK", str(tmp_path / "work"))
+    monkeypatch.setattr(paths, "PATCHES", patches)
+    return patches
+
+
+def write_series(patches, **files):
+    for name, text in files.items():
+        (patches / name).write_text(text)
+    (patches / "series").write_text("".join(n + "\n" for n in files))
+
+
+def test_missing_kernel_source(lab_env, monkeypatch, tmp_path):
+    monkeypatch.setenv("UNFLUSH_KERNEL_TARBALL", str(tmp_path / "absent.tar.xz"))
+    with pytest.raises(LabError, match="kernel source not found.*make setup"):
+        tree.ensure_vanilla()
+
+
+def test_vanilla_is_pristine_commit_with_ignored_files(lab_env):
+    t = tree.ensure_vanilla()
+    files = tree.git(t, "ls-files").stdout.split()
+    assert "mm/shipped.o" in files
+    assert tree.git(t, "rev-list", "--count", "vanilla").stdout.strip() == "1"
+
+
+def test_series_applies_as_commits(lab_env):
+    write_series(lab_env, **{"0001-hello.patch": PATCH_OK})
+    t = tree.ensure_patched()
+    assert (t / "mm" / "hello.c").read_text() == "int hello = 1;\n"
+    log = tree.git(t, "log", "--format=%s", "vanilla..HEAD").stdout.split("\n")
+    assert log[0] == "mm: say hello"
+    assert (tree.vanilla_dir() / "mm" / "hello.c").read_text() == "int hello;\n"
+
+
+def test_patch_that_does_not_apply_names_the_patch(lab_env):
+    write_series(lab_env, **{"0001-hello.patch": PATCH_OK,
+                             "0002-conflict.patch": PATCH_BAD})
+    with pytest.raises(LabError) as err:
+        tree.ensure_patched()
+    msg = str(err.value)
+    assert "0002-conflict.patch does not apply" in msg
+    assert "mm/hello.c" in msg  # git's reason names the file
+
+
+def test_series_naming_a_missing_file(lab_env):
+    (lab_env / "series").write_text("0001-gone.patch\n")
+    with pytest.raises(LabError, match="0001-gone.patch.*not in patches"):
+        tree.ensure_patched()
+
+
+def test_export_round_trip_and_unexported_commits(lab_env):
+    t = tree.ensure_patched()
+    (t / "mm" / "hello.c").write_text("int hello = 3;\n")
+    tree.git(t, "commit", "-qam", "mm: three")
+    with pytest.raises(LabError, match="not in patches"):
+        tree.ensure_patched()
+    names = tree.export()
+    assert names == ["0001-mm-three.patch"]
+    assert (lab_env / "series").read_text() == "0001-mm-three.patch\n"
+    assert tree.ensure_patched() == t  # up to date: nothing re-applied
+    # a fresh tree from the exported series has the same content
+    tree.ensure_patched(force=True)
+    subprocess.run(["git", "-C", str(t), "diff", "--exit-code", "HEAD"], check=True)
+    assert (t / "mm" / "hello.c").read_text() == "int hello = 3;\n"
+
+
+def test_uncommitted_changes_are_not_discarded(lab_env):
+    t = tree.ensure_patched()
+    write_series(lab_env, **{"0001-hello.patch": PATCH_OK})
+    (t / "mm" / "hello.c").write_text("int hello = 9;\n")
+    with pytest.raises(LabError, match="uncommitted changes"):
+        tree.ensure_patched()

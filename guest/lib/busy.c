@@ -29,23 +29,19 @@ struct helper {
 struct busy {
 	volatile char *region;
 	size_t len;
-	bool write;
 	atomic_int running;
 	atomic_bool stop;
 	int n;
 	struct helper h[];
 };
 
-static void touch(volatile char *mem, size_t len, bool write,
-		  atomic_bool *stop)
+/* Writes, so the CPU caches writable translations the kernel must drop. */
+static void touch(volatile char *mem, size_t len, atomic_bool *stop)
 {
 	for (size_t off = 0; off < len; off += PAGE_SIZE_4K) {
 		if (atomic_load_explicit(stop, memory_order_relaxed))
 			return;
-		if (write)
-			mem[off]++;
-		else
-			(void)mem[off];
+		mem[off]++;
 	}
 }
 
@@ -55,7 +51,6 @@ static void *helper_main(void *arg)
 	struct busy *b = h->busy;
 	volatile char *mem = b->region;
 	size_t len = b->len;
-	bool write = b->write;
 
 	pin_to_cpu(h->cpu);
 	if (!mem) {
@@ -64,20 +59,18 @@ static void *helper_main(void *arg)
 			   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (mem == MAP_FAILED)
 			die(1, "busy thread: mmap of %zu bytes failed", len);
-		write = true;
 		/* fault it in now, so the loop below never faults */
-		touch(mem, len, true, &b->stop);
+		touch(mem, len, &b->stop);
 	}
 	atomic_fetch_add(&b->running, 1);
 	while (!atomic_load_explicit(&b->stop, memory_order_relaxed))
-		touch(mem, len, write, &b->stop);
+		touch(mem, len, &b->stop);
 	if (!b->region)
 		munmap((void *)mem, len);
 	return NULL;
 }
 
-struct busy *busy_start(int skip_cpu, volatile char *region, size_t len,
-			bool write)
+struct busy *busy_start(int skip_cpu, volatile char *region, size_t len)
 {
 	int cpus[MAX_CPUS], ncpus = online_cpus(cpus, MAX_CPUS);
 	struct busy *b = calloc(1, sizeof(*b) + ncpus * sizeof(b->h[0]));
@@ -86,7 +79,6 @@ struct busy *busy_start(int skip_cpu, volatile char *region, size_t len,
 		die(1, "out of memory");
 	b->region = region;
 	b->len = len;
-	b->write = write;
 	for (int i = 0; i < ncpus; i++) {
 		struct helper *h = &b->h[b->n];
 
@@ -114,7 +106,8 @@ void busy_stop(struct busy *b)
 	free(b);
 }
 
-struct busy *shape_start(const struct run_opts *o, int main_cpu)
+struct busy *shape_start(const struct run_opts *o, int main_cpu,
+			 volatile char *region, size_t len)
 {
 	int cpus[2];
 
@@ -122,5 +115,5 @@ struct busy *shape_start(const struct run_opts *o, int main_cpu)
 		return NULL;
 	if (online_cpus(cpus, 2) < 2)
 		die(1, "--shape threads needs at least 2 usable CPUs; use --shape single");
-	return busy_start(main_cpu, NULL, 0, false);
+	return busy_start(main_cpu, region, len);
 }

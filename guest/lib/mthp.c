@@ -33,6 +33,9 @@ void mthp_set_only(unsigned long folio_kb)
 		if (sscanf(d->d_name, "hugepages-%lukB", &kb) != 1)
 			continue;
 		snprintf(path, sizeof(path), THP_DIR "/%s/enabled", d->d_name);
+		/* some sizes exist for the page cache only, with no switch */
+		if (!path_exists(path))
+			continue;
 		setting_write(path, kb == folio_kb ? "always" : "never");
 		per_size = true;
 		found |= kb == folio_kb;

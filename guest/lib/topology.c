@@ -51,17 +51,28 @@ static int list_file(const char *path, int *out, int max)
 	return n;
 }
 
+/*
+ * The CPUs we were started on, before any pinning: taskset or a cpuset may
+ * have fenced the program in, and pinning the main thread must not make the
+ * helpers' CPUs look unusable.
+ */
+static cpu_set_t allowed;
+static bool allowed_ok;
+
+__attribute__((constructor)) static void remember_allowed_cpus(void)
+{
+	allowed_ok = !sched_getaffinity(0, sizeof(allowed), &allowed);
+}
+
 int online_cpus(int *cpus, int max)
 {
 	int online[MAX_CPUS], n, count = 0;
-	cpu_set_t allowed;
 
 	n = list_file("/sys/devices/system/cpu/online", online, MAX_CPUS);
 	if (n < 0)
 		die(1, "cannot read /sys/devices/system/cpu/online: is sysfs mounted?");
-	/* taskset or a cpuset may have fenced us in: use only what we may */
-	if (sched_getaffinity(0, sizeof(allowed), &allowed))
-		die(1, "sched_getaffinity: %s", strerror(errno));
+	if (!allowed_ok)
+		die(1, "sched_getaffinity failed at start-up");
 	for (int i = 0; i < n && count < max; i++)
 		if (online[i] < CPU_SETSIZE && CPU_ISSET(online[i], &allowed))
 			cpus[count++] = online[i];

@@ -30,9 +30,9 @@
 #include <stdio.h>
 
 #define PAGE_SIZE_4K	4096UL
-#define KiB		1024ULL
-#define MiB		(1024ULL * KiB)
-#define GiB		(1024ULL * MiB)
+#define KiB		((size_t)1024)
+#define MiB		(1024 * KiB)
+#define GiB		(1024 * MiB)
 #define MAX_CPUS	1024
 
 /* --- util.c: errors, time, argument parsing --- */
@@ -95,18 +95,18 @@ bool parse_list(const char *text, bool *set, int max);
 /* --- busy.c: --shape threads --- */
 
 /*
- * One helper thread pinned on every online CPU except @skip_cpu, touching
- * @region (or, if NULL, memory of its own) until busy_stop().  They keep the
- * process running on those CPUs, so the mm's cpumask spans them and the
- * kernel has to shoot their TLBs down, as it does for real applications.
- * Returns only once every helper runs.
+ * One helper thread pinned on every online CPU except @skip_cpu, writing to
+ * one byte per page of @region (or, if NULL, of a few pages of its own) until
+ * busy_stop().  They keep the process running on those CPUs, so the mm's
+ * cpumask spans them and the kernel has to shoot their TLBs down, as it does
+ * for real multi-threaded applications.  Returns once every helper runs.
  */
 struct busy;
-struct busy *busy_start(int skip_cpu, volatile char *region, size_t len,
-			bool write);
+struct busy *busy_start(int skip_cpu, volatile char *region, size_t len);
 void busy_stop(struct busy *b);
-/* busy_start() for --shape threads, NULL for single. */
-struct busy *shape_start(const struct run_opts *o, int main_cpu);
+/* busy_start() for --shape threads (dies on one CPU), NULL for single. */
+struct busy *shape_start(const struct run_opts *o, int main_cpu,
+			 volatile char *region, size_t len);
 
 /* --- snapshot.c + tracepoint.c: the counters --- */
 

@@ -1,0 +1,482 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * ro-reclaim-tiering: several multi-threaded processes stream through
+ * read-only file mappings inside a memory cgroup too small for them (seed
+ * 001, LUF).
+ *
+ * The seed ran three llama.cpp instances over 70 GB of model files: the
+ * pages are only ever read, yet reclaim and demotion unmap them again and
+ * again, each unmap a shootdown to every CPU the process runs on.  LUF skips
+ * those flushes while every mapping is read-only and does them, at most once
+ * per batch, before the page is handed out again.  This is the same
+ * workload scaled to a VM: the cgroup's limit supplies the memory pressure,
+ * and a CPU-less node, if there is one, the demotion target.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <mntent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "unflush.h"
+
+#define CHUNK_PAGES	16	/* threads take turns by 64 KiB chunks */
+#define MAX_PROCS	64
+#define MAX_FILES	64
+
+static const char usage[] =
+"usage: ro-reclaim-tiering --files F1,F2,... [--procs N] [--threads T]\n"
+"                          [--passes P] [--memcg-limit M] [--reps N]\n"
+"                          [--quick] [--shape threads|single]\n"
+"\n"
+"Fork N reader processes (file i%%files to process i), each mapping its file\n"
+"MAP_SHARED PROT_READ and streaming through it with T threads pinned to\n"
+"different CPUs, one byte per 4K page, P passes; the threads of a process\n"
+"take turns by 64 KiB chunks, so together they read each page once a pass.\n"
+"All readers run in a cgroup v2 memory cgroup with memory.max = M.  The\n"
+"measured phase is the streaming of all processes.\n"
+"\n"
+"  --files      comma-separated files, e.g. on the lab's read-only data disk\n"
+"  --procs N    reader processes (default: one per file)\n"
+"  --threads T  threads per process (default: every usable CPU; 1 with\n"
+"               --shape single)\n"
+"  --passes P   passes over each file (default 3, --quick 1)\n"
+"  --memcg-limit M  memory.max of the cgroup (default 200M)\n"
+"  --reps N     repetitions, one UNFLUSH-RESULT line each (default 3)\n"
+"  --quick      one pass, for CI smoke runs\n"
+"\n"
+"Before each repetition the files' clean page cache is dropped\n"
+"(POSIX_FADV_DONTNEED) so it is read, and charged, inside the cgroup; tmpfs\n"
+"files cannot be dropped: create them from inside a cgroup instead.  If a\n"
+"CPU-less node with memory exists, sets /sys/kernel/mm/numa/demotion_enabled\n"
+"to 1 and kernel.numa_balancing to 2 (tiering); everything is restored and\n"
+"the cgroup removed at exit.  Verifies that reclaim happened (pgsteal > 0).\n"
+"Experiment id: ro-reclaim-tiering.  Fields: procs, threads, passes,\n"
+"pages_touched, pages_per_s.  checks: pgsteal, pgdemote, pgpromote_success,\n"
+"resident_pages_before, demotion.\n";
+
+static char cgroup_dir[512];
+static char cgroup_mount[256];
+static pid_t children[MAX_PROCS];
+static int nchildren;
+
+/* --- the memory cgroup --- */
+
+/* The normal end: the children exit once @quit_fd is closed. */
+static void reap_children(int quit_fd)
+{
+	int status, failed = 0;
+
+	close(quit_fd);
+	for (int i = 0; i < nchildren; i++)
+		if (waitpid(children[i], &status, 0) < 0 || status)
+			failed++;
+	nchildren = 0;
+	if (failed)
+		die(1, "%d reader processes failed at exit", failed);
+}
+
+/* On error or a signal: no waiting for anyone. */
+static void kill_children(void)
+{
+	for (int i = 0; i < nchildren; i++)
+		kill(children[i], SIGKILL);
+	for (int i = 0; i < nchildren; i++)
+		waitpid(children[i], NULL, 0);
+	nchildren = 0;
+}
+
+static void remove_cgroup(void)
+{
+	if (rmdir(cgroup_dir) && errno != ENOENT)
+		fprintf(stderr, "ro-reclaim-tiering: cannot remove %s: %s\n",
+			cgroup_dir, strerror(errno));
+}
+
+static void disable_memory_controller(void)
+{
+	char path[300];
+
+	snprintf(path, sizeof(path), "%s/cgroup.subtree_control",
+		 cgroup_mount);
+	/* best effort: it stays on if another cgroup came to use it */
+	write_text(path, "-memory");
+}
+
+static void unmount_cgroup2(void)
+{
+	umount(cgroup_mount);
+}
+
+static bool find_cgroup2(void)
+{
+	FILE *f = setmntent("/proc/self/mounts", "r");
+	struct mntent *m;
+
+	while (f && (m = getmntent(f))) {
+		if (!strcmp(m->mnt_type, "cgroup2")) {
+			snprintf(cgroup_mount, sizeof(cgroup_mount), "%s",
+				 m->mnt_dir);
+			break;
+		}
+	}
+	if (f)
+		endmntent(f);
+	return cgroup_mount[0];
+}
+
+static bool is_mount_point(const char *dir)
+{
+	struct stat here, parent;
+	char up[300];
+
+	snprintf(up, sizeof(up), "%s/..", dir);
+	return !stat(dir, &here) && !stat(up, &parent) &&
+	       here.st_dev != parent.st_dev;
+}
+
+static void memcg_create(size_t limit)
+{
+	char path[600], text[512];
+
+	if (!find_cgroup2()) {
+		/* a bare initramfs: mount it, unless v1 hierarchies live there */
+		if (is_mount_point("/sys/fs/cgroup") ||
+		    mount("none", "/sys/fs/cgroup", "cgroup2", 0, NULL))
+			die(1, "no cgroup2 hierarchy, and cannot mount one at /sys/fs/cgroup (%s); this machine seems to use cgroup v1",
+			    strerror(errno));
+		snprintf(cgroup_mount, sizeof(cgroup_mount), "/sys/fs/cgroup");
+		cleanup_push_fn(unmount_cgroup2);
+	}
+	snprintf(path, sizeof(path), "%s/cgroup.controllers", cgroup_mount);
+	if (!setting_read(path, text, sizeof(text)) || !strstr(text, "memory"))
+		die(1, "the memory controller is not available in the cgroup2 hierarchy at %s (bound to cgroup v1, or CONFIG_MEMCG off)",
+		    cgroup_mount);
+	snprintf(path, sizeof(path), "%s/cgroup.subtree_control", cgroup_mount);
+	if (!setting_read(path, text, sizeof(text)))
+		die(1, "cannot read %s: %s", path, strerror(errno));
+	if (!strstr(text, "memory")) {
+		if (!write_text(path, "+memory"))
+			die(1, "cannot enable the memory controller (%s): %s",
+			    path, strerror(errno));
+		cleanup_push_fn(disable_memory_controller);
+	}
+	snprintf(cgroup_dir, sizeof(cgroup_dir), "%s/unflush-ro-%d",
+		 cgroup_mount, getpid());
+	if (mkdir(cgroup_dir, 0755))
+		die(1, "cannot create cgroup %s: %s", cgroup_dir,
+		    strerror(errno));
+	cleanup_push_fn(remove_cgroup);
+	cleanup_push_fn(kill_children);
+	snprintf(path, sizeof(path), "%s/memory.max", cgroup_dir);
+	snprintf(text, sizeof(text), "%zu", limit);
+	if (!write_text(path, text))
+		die(1, "cannot set %s to %s: %s", path, text, strerror(errno));
+}
+
+/* Demotion needs somewhere slower to go: a node with memory but no CPU. */
+static bool enable_tiering(void)
+{
+	int mem_nodes[64], cpu_nodes[64], nmem, ncpu;
+
+	nmem = node_list("has_memory", mem_nodes, 64);
+	ncpu = node_list("has_cpu", cpu_nodes, 64);
+	if (nmem <= ncpu || ncpu < 0)
+		return false;
+	setting_write("/sys/kernel/mm/numa/demotion_enabled", "1");
+	/* promotion back to the fast node needs NUMA balancing in tiering mode */
+	if (path_exists("/proc/sys/kernel/numa_balancing"))
+		setting_write("/proc/sys/kernel/numa_balancing", "2");
+	return true;
+}
+
+/* --- the readers --- */
+
+struct reader {
+	const volatile char *map;
+	size_t pages;
+	int threads, index, cpu, passes;
+	long long touched;
+	pthread_barrier_t *start;
+};
+
+static void *stream(void *arg)
+{
+	struct reader *r = arg;
+	size_t chunks = (r->pages + CHUNK_PAGES - 1) / CHUNK_PAGES;
+	unsigned int sum = 0;
+
+	pin_to_cpu(r->cpu);
+	pthread_barrier_wait(r->start);
+	for (int pass = 0; pass < r->passes; pass++) {
+		for (size_t c = r->index; c < chunks; c += r->threads) {
+			size_t end = (c + 1) * CHUNK_PAGES;
+
+			for (size_t pg = c * CHUNK_PAGES; pg < end && pg < r->pages; pg++) {
+				sum += r->map[pg * PAGE_SIZE_4K];
+				r->touched++;
+			}
+		}
+	}
+	return (void *)(uintptr_t)sum;
+}
+
+static void write_byte(int fd)
+{
+	if (write(fd, "x", 1) != 1)
+		_exit(1);
+}
+
+static void wait_eof(int fd)
+{
+	char c;
+
+	while (read(fd, &c, 1) > 0)
+		;
+}
+
+/*
+ * One reader process: join the cgroup, map the file, start the threads, say
+ * ready, wait for the go (EOF on @go), stream, say done, then wait for EOF on
+ * @quit: the parent takes its snapshot first, so the teardown of the
+ * mappings at exit is not measured.
+ */
+static void reader_process(const char *file, int threads, int passes,
+			   int ready, int go, int quit, long long *touched)
+{
+	int cpus[MAX_CPUS], ncpus = online_cpus(cpus, MAX_CPUS);
+	struct reader r[MAX_CPUS];
+	pthread_t tid[MAX_CPUS];
+	pthread_barrier_t start;
+	char path[600];
+	struct stat st;
+	void *map;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/cgroup.procs", cgroup_dir);
+	if (!write_text(path, "0"))
+		die(1, "cannot join cgroup %s: %s", cgroup_dir, strerror(errno));
+	fd = open(file, O_RDONLY);
+	if (fd < 0 || fstat(fd, &st))
+		die(1, "cannot open %s: %s", file, strerror(errno));
+	map = mmap(NULL, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED)
+		die(1, "cannot map %s: %s", file, strerror(errno));
+	close(fd);
+	pthread_barrier_init(&start, NULL, threads + 1);
+	for (int t = 0; t < threads; t++) {
+		r[t] = (struct reader){ .map = map, .threads = threads,
+			.pages = st.st_size / PAGE_SIZE_4K, .index = t,
+			.cpu = cpus[t % ncpus], .passes = passes,
+			.start = &start };
+		if (pthread_create(&tid[t], NULL, stream, &r[t]))
+			die(1, "cannot start reader thread %d", t);
+	}
+	write_byte(ready);
+	wait_eof(go);
+	pthread_barrier_wait(&start);
+	for (int t = 0; t < threads; t++) {
+		pthread_join(tid[t], NULL);
+		*touched += r[t].touched;
+	}
+	write_byte(ready);
+	wait_eof(quit);
+	_exit(0);
+}
+
+static void wait_bytes(int fd, int n, const char *what)
+{
+	char c;
+
+	for (int i = 0; i < n; i++)
+		if (read(fd, &c, 1) != 1)
+			die(1, "a reader process failed before it was %s", what);
+}
+
+/* Drop the files' clean page cache; returns the pages still resident. */
+static long long evict(char **files, int nfiles)
+{
+	long long resident = 0;
+
+	for (int i = 0; i < nfiles; i++) {
+		int fd = open(files[i], O_RDONLY);
+		struct stat st;
+		unsigned char *vec;
+		size_t pages;
+		void *map;
+
+		if (fd < 0 || fstat(fd, &st))
+			die(1, "cannot open %s: %s", files[i], strerror(errno));
+		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		pages = (st.st_size + PAGE_SIZE_4K - 1) / PAGE_SIZE_4K;
+		map = mmap(NULL, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+		vec = malloc(pages);
+		if (map != MAP_FAILED && vec && !mincore(map, st.st_size, vec))
+			for (size_t p = 0; p < pages; p++)
+				resident += vec[p] & 1;
+		free(vec);
+		if (map != MAP_FAILED)
+			munmap(map, st.st_size);
+		close(fd);
+	}
+	return resident;
+}
+
+static int split_files(char *list, char **files, size_t *total)
+{
+	int n = 0;
+	struct stat st;
+
+	*total = 0;
+	for (char *f = strtok(list, ","); f; f = strtok(NULL, ",")) {
+		if (n == MAX_FILES)
+			usage_error("at most %d files", MAX_FILES);
+		if (stat(f, &st) || !S_ISREG(st.st_mode) || st.st_size == 0)
+			usage_error("--files: '%s' is not a readable, non-empty file",
+				    f);
+		files[n++] = f;
+		*total += st.st_size;
+	}
+	return n;
+}
+
+int main(int argc, char **argv)
+{
+	enum { OPT_FILES = OPT_FIRST_PRIVATE, OPT_PROCS, OPT_THREADS,
+	       OPT_PASSES, OPT_LIMIT };
+	static const struct option opts[] = {
+		{ "files", required_argument, NULL, OPT_FILES },
+		{ "procs", required_argument, NULL, OPT_PROCS },
+		{ "threads", required_argument, NULL, OPT_THREADS },
+		{ "passes", required_argument, NULL, OPT_PASSES },
+		{ "memcg-limit", required_argument, NULL, OPT_LIMIT },
+		RUN_LONG_OPTIONS,
+		{ 0 }
+	};
+	struct fields checks = { 0 }, extra = { 0 };
+	int cpus[MAX_CPUS], ncpus, opt, nfiles = 0;
+	long procs = 0, threads = 0, passes = 0;
+	size_t limit = 200 * MiB, total = 0;
+	char *files[MAX_FILES];
+	long long *touched;
+	struct run_opts o;
+	bool tiering;
+
+	run_opts_init(&o, usage, true);
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (run_option(&o, opt, argv))
+			continue;
+		switch (opt) {
+		case OPT_FILES:
+			nfiles = split_files(optarg, files, &total);
+			break;
+		case OPT_PROCS:
+			procs = parse_count("--procs", optarg, 1);
+			break;
+		case OPT_THREADS:
+			threads = parse_count("--threads", optarg, 1);
+			break;
+		case OPT_PASSES:
+			passes = parse_count("--passes", optarg, 1);
+			break;
+		case OPT_LIMIT:
+			limit = parse_size("--memcg-limit", optarg);
+			break;
+		}
+	}
+	if (optind < argc)
+		usage_error("unexpected argument '%s'", argv[optind]);
+	if (!nfiles)
+		usage_error("--files is required, e.g. --files /data/a,/data/b");
+	ncpus = online_cpus(cpus, MAX_CPUS);
+	if (!procs)
+		procs = nfiles;
+	if (!threads)
+		threads = o.threads ? ncpus : 1;
+	if (!passes)
+		passes = o.quick ? 1 : 3;
+	if (procs > MAX_PROCS || threads > MAX_CPUS)
+		usage_error("at most %d --procs and %d --threads", MAX_PROCS,
+			    MAX_CPUS);
+
+	memcg_create(limit);
+	tiering = enable_tiering();
+	touched = mmap(NULL, procs * sizeof(*touched), PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (touched == MAP_FAILED)
+		die(1, "mmap: %s", strerror(errno));
+
+	for (int rep = 0; rep < o.reps; rep++) {
+		long long resident = evict(files, nfiles), pages = 0, pgsteal;
+		int ready[2], go[2], quit[2];
+		struct phase p = { 0 };
+
+		fields_clear(&checks);
+		fields_clear(&extra);
+		memset(touched, 0, procs * sizeof(*touched));
+		if (pipe(ready) || pipe(go) || pipe(quit))
+			die(1, "pipe: %s", strerror(errno));
+		fflush(NULL);
+		for (int i = 0; i < procs; i++) {
+			pid_t pid = fork();
+
+			if (pid < 0)
+				die(1, "fork: %s", strerror(errno));
+			if (pid == 0) {
+				close(ready[0]);
+				close(go[1]);
+				close(quit[1]);
+				reader_process(files[i % nfiles], threads,
+					       passes, ready[1], go[0], quit[0],
+					       &touched[i]);
+			}
+			children[nchildren++] = pid;
+		}
+		close(ready[1]);
+		close(go[0]);
+		close(quit[0]);
+		wait_bytes(ready[0], procs, "ready");
+		phase_begin(&p);
+		close(go[1]);	/* EOF: go */
+		wait_bytes(ready[0], procs, "done");
+		phase_end(&p);
+		close(ready[0]);
+		reap_children(quit[1]);
+		for (int i = 0; i < procs; i++)
+			pages += touched[i];
+
+		pgsteal = phase_delta(&p, "pgsteal_anon") +
+			  phase_delta(&p, "pgsteal_file");
+		field_int(&checks, "pgsteal", pgsteal);
+		field_int(&checks, "pgdemote", phase_delta_prefix(&p, "pgdemote_"));
+		field_int(&checks, "pgpromote_success",
+			  phase_delta(&p, "pgpromote_success"));
+		field_int(&checks, "resident_pages_before", resident);
+		field_int(&checks, "demotion", tiering);
+		if (pgsteal <= 0)
+			die(1, "no reclaim: memory limit too large for the files (%zu MiB of files, --memcg-limit %zu MiB); lower the limit or add files",
+			    total / MiB, limit / MiB);
+		field_int(&extra, "procs", procs);
+		field_int(&extra, "threads", threads);
+		field_int(&extra, "passes", passes);
+		field_int(&extra, "files_bytes", total);
+		field_int(&extra, "memcg_limit_bytes", limit);
+		field_int(&extra, "pages_touched", pages);
+		field_real(&extra, "pages_per_s", pages / phase_elapsed(&p));
+		report_result("ro-reclaim-tiering",
+			      threads > 1 ? "threads" : "single", rep, &p,
+			      &extra, &checks);
+		phase_free(&p);
+	}
+	return 0;
+}

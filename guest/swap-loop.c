@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * swap-loop: swap the same small buffer in and out, over and over (seed 004,
+ * batched TLB flush in reclaim).
+ *
+ * Each round reads every page back in, then MADV_PAGEOUT reclaims them all
+ * again; reclaim can queue the TLB flushes of a whole batch of pages and send
+ * them once.  The buffer is shared anonymous memory, as in the seed: its
+ * pages lose their swap copy when read back, so every round writes them all
+ * out again.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "unflush.h"
+
+static const char usage[] =
+"usage: swap-loop [--rounds N] [--mem M] [--reps N] [--quick]\n"
+"                 [--shape single|threads]\n"
+"\n"
+"Write --mem of shared anonymous memory once; then, --rounds times, read\n"
+"every page (swap-in) and madvise(MADV_PAGEOUT) it all (swap-out).  The\n"
+"measured phase is the whole loop.  Needs swap (zram in the lab).\n"
+"\n"
+"  --rounds N   rounds per repetition (default 10000, --quick 300)\n"
+"  --mem M      buffer size (default 1M)\n"
+"  --reps N     repetitions, one UNFLUSH-RESULT line each (default 3)\n"
+"  --shape      single (default), or threads: a helper thread of this process\n"
+"               busy on every other CPU, so shootdowns become visible\n"
+"  --quick      300 rounds, for CI smoke runs\n"
+"\n"
+"Verifies pswpout grew by at least 90%% of rounds * mem/4K.\n"
+"Experiment id: swap-loop.  checks: pswpout, expected_pswpout, pswpin.\n";
+
+static void swap_rounds(volatile char *buf, size_t mem, long rounds)
+{
+	for (long r = 0; r < rounds; r++) {
+		for (size_t off = 0; off < mem; off += PAGE_SIZE_4K)
+			(void)buf[off];
+		if (madvise((void *)buf, mem, MADV_PAGEOUT))
+			die(1, "madvise(MADV_PAGEOUT): %s (needs Linux >= 5.4 with CONFIG_ADVISE_SYSCALLS)",
+			    strerror(errno));
+	}
+}
+
+int main(int argc, char **argv)
+{
+	enum { OPT_ROUNDS = OPT_FIRST_PRIVATE, OPT_MEM };
+	static const struct option opts[] = {
+		{ "rounds", required_argument, NULL, OPT_ROUNDS },
+		{ "mem", required_argument, NULL, OPT_MEM },
+		RUN_LONG_OPTIONS,
+		{ 0 }
+	};
+	struct fields checks = { 0 }, extra = { 0 };
+	size_t mem = 1 * MiB;
+	long rounds = 0;
+	struct run_opts o;
+	int cpu, opt;
+
+	run_opts_init(&o, usage, false);
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (run_option(&o, opt, argv))
+			continue;
+		if (opt == OPT_ROUNDS)
+			rounds = parse_count("--rounds", optarg, 1);
+		else if (opt == OPT_MEM)
+			mem = parse_size("--mem", optarg);
+	}
+	if (optind < argc)
+		usage_error("unexpected argument '%s'", argv[optind]);
+	if (!rounds)
+		rounds = o.quick ? 300 : 10000;
+	if (mem % PAGE_SIZE_4K)
+		usage_error("--mem must be a multiple of 4K");
+
+	require_swap(mem);
+	online_cpus(&cpu, 1);
+	pin_to_cpu(cpu);
+	for (int rep = 0; rep < o.reps; rep++) {
+		long long expected = rounds * (long long)(mem / PAGE_SIZE_4K);
+		struct phase p = { 0 };
+		struct busy *busy;
+		char *buf;
+
+		fields_clear(&checks);
+		fields_clear(&extra);
+		buf = mmap(NULL, mem, PROT_READ | PROT_WRITE,
+			   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (buf == MAP_FAILED)
+			die(1, "mmap of %zu bytes failed: %s", mem,
+			    strerror(errno));
+		/* not zeroes: zero-filled pages skip swap I/O since 6.12 */
+		memset(buf, 0x88, mem);
+		busy = shape_start(&o, cpu, NULL, 0);
+		phase_begin(&p);
+		swap_rounds(buf, mem, rounds);
+		phase_end(&p);
+		busy_stop(busy);
+		munmap(buf, mem);
+
+		field_int(&checks, "pswpout", phase_delta(&p, "pswpout"));
+		field_int(&checks, "expected_pswpout", expected);
+		field_int(&checks, "pswpin", phase_delta(&p, "pswpin"));
+		if (phase_delta(&p, "pswpout") < expected * 9 / 10)
+			die(1, "only %lld of %lld page swap-outs happened (pswpout); is swap full or too slow to accept them?",
+			    phase_delta(&p, "pswpout"), expected);
+		field_int(&extra, "rounds", rounds);
+		field_int(&extra, "mem_bytes", mem);
+		report_result("swap-loop", shape_name(&o), rep, &p, &extra,
+			      &checks);
+		phase_free(&p);
+	}
+	return 0;
+}

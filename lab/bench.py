@@ -1,0 +1,218 @@
+"""`lab bench`: run the suite on each kernel, interleaved, and write the results.
+
+For every repetition round, every group of experiments boots each kernel in
+turn (vanilla, patched, vanilla, patched, ...), so slow drift of a shared
+machine hits both kernels alike.  In each boot a small shell script runs the
+group's experiments one after another, bracketing each with markers:
+
+    UNFLUSH-BEGIN <experiment id> <configuration>
+    UNFLUSH-RESULT {...}            (one per repetition, from the program)
+    UNFLUSH-END <experiment id> <configuration> <exit status>
+
+results/<timestamp>/results.json is written only when every boot finished;
+an experiment whose set-up check failed is listed under "failures" and makes
+the command exit non-zero.  The format is documented in docs/results.md.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lab import build, datadisk, paths, report, suite, tree, vm
+from lab.errors import LabError
+from lab.progress import say
+
+SWITCH_DIR = "/sys/kernel/mm/tlb_batching"
+FORMAT_VERSION = 1
+
+
+def guest_script(experiments, kernel_name, quick, switch_dir=SWITCH_DIR):
+    """The shell script one boot runs: each experiment once, bracketed."""
+    lines = []
+    flags = " --reps 1" + (" --quick" if quick else "")
+    for exp in experiments:
+        lines += _bracket(exp.id, kernel_name, exp.command + flags)
+        if exp.switch and kernel_name != "vanilla" and kernel_name != "host":
+            knob = f"{switch_dir}/{exp.switch}"
+            config = f"{kernel_name}/{exp.switch}=0"
+            lines.append(f"if [ -w {knob} ]; then")
+            lines.append(f"  echo 0 > {knob}")
+            lines += ["  " + ln for ln in _bracket(exp.id, config, exp.command + flags)]
+            lines.append(f"  echo 1 > {knob}")
+            lines.append("fi")
+    return "\n".join(lines) + "\n"
+
+
+def _bracket(exp_id, config, command):
+    return [f"echo UNFLUSH-BEGIN {exp_id} {config}",
+            f"{command} 2>&1",
+            f"echo UNFLUSH-END {exp_id} {config} $?"]
+
+
+def parse_output(text, experiments, results, failures, context):
+    """Fold one boot's output into `results` and `failures`."""
+    by_id = {e.id: e for e in experiments}
+    current, messages = None, []
+    for line in text.splitlines():
+        if line.startswith("UNFLUSH-BEGIN "):
+            _, exp_id, config = line.split()
+            current, messages = (by_id[exp_id], config), []
+        elif line.startswith("UNFLUSH-END "):
+            _, exp_id, config, status = line.split()
+            if status != "0":
+                failures.append(dict(context, experiment=exp_id, configuration=config,
+                                     exit=int(status),
+                                     message=" | ".join(messages[-3:]) or "(no output)"))
+            current = None
+        elif line.startswith("UNFLUSH-RESULT ") and current:
+            record = json.loads(line[len("UNFLUSH-RESULT "):])
+            exp, config = current
+            rep = dict(record, round=context["round"])
+            key = suite.result_key(exp, record)
+            results.setdefault(key, {}).setdefault(config, []).append(rep)
+        elif line.strip() and current:
+            messages.append(line.strip())
+
+
+def main(args):
+    if args.list:
+        for e in suite.EXPERIMENTS:
+            print(f"{e.id:32} seed {e.seed}  group {e.group:8} {e.command}")
+        return 0
+    experiments = suite.select(args.experiment)
+    reps = args.reps if args.reps is not None else (1 if args.quick else 3)
+    if reps < 1:
+        raise LabError("--reps must be at least 1", exit_code=2)
+    out = Path(args.out) if args.out else paths.results_dir() / time.strftime("%Y%m%d-%H%M%S")
+    if args.host:
+        kernels, runner = ["host"], HostRunner(args.quick)
+    else:
+        kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
+        for k in kernels:
+            build.check_variant(k)
+        runner = VMRunner(kernels, args.quick, args.icount, args.no_build)
+    results, failures = {}, []
+    groups = [g for g in suite.GROUPS if any(e.group == g for e in experiments)]
+    total = reps * len(groups) * len(kernels)
+    started, step = time.monotonic(), 0
+    for rnd in range(reps):
+        for group in groups:
+            members = [e for e in experiments if e.group == group]
+            for kernel in kernels:
+                step += 1
+                say(f"bench: [{step}/{total}] round {rnd + 1}/{reps}, {group} "
+                    f"({len(members)} experiments) on {kernel} "
+                    f"[{time.monotonic() - started:.0f}s]")
+                text = runner.run(kernel, group, members)
+                parse_output(text, members, results, failures,
+                             {"kernel": kernel, "round": rnd})
+    doc = {
+        "format": FORMAT_VERSION,
+        "meta": runner.meta(reps, started),
+        "experiments": results,
+        "failures": failures,
+    }
+    missing = [e.id for e in experiments
+               if not any(k == e.id or k.startswith(e.id + "/") for k in results)]
+    if missing and not failures:
+        raise LabError(f"no results for {', '.join(missing)}: the guest programs "
+                       f"printed nothing (see build/runs/)")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    report.write(out, doc)
+    if not failures:
+        latest = out.parent / "latest"
+        if latest.is_symlink() or latest.exists():
+            latest.unlink()
+        latest.symlink_to(out.name)
+    say(f"bench: wrote {out}/report.md and results.json")
+    for f in failures:
+        say(f"bench: FAILED {f['experiment']} on {f['configuration']} "
+            f"(round {f['round'] + 1}): {f['message']}")
+    return 1 if failures else 0
+
+
+class VMRunner:
+    """Runs a group's script in a fresh boot of a lab kernel."""
+
+    def __init__(self, kernels, quick, icount, no_build):
+        self.quick, self.icount = quick, icount
+        self.kernels = {k: build.built(k) if no_build else build.build(k) for k in kernels}
+        self.shapes = {}
+
+    def shape(self, group_name):
+        group = suite.GROUPS[group_name]
+        base = group.quick_shape if self.quick else group.shape
+        shape = vm.VMShape(**{**base.__dict__, "icount": self.icount})
+        if group.needs_data_disk:
+            shape.data_disk = datadisk.ensure(self.quick)
+        self.shapes[group_name] = shape.describe()
+        return shape
+
+    def run(self, kernel_name, group, experiments):
+        script = guest_script(experiments, kernel_name, self.quick)
+        result = vm.run(self.kernels[kernel_name], script, self.shape(group))
+        return result.output
+
+    def meta(self, reps, started):
+        return {
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "mode": "icount" if self.icount else "tcg",
+            "quick": self.quick,
+            "reps": reps,
+            "duration_s": round(time.monotonic() - started, 1),
+            "kernels": {k: {"release": v.release, "variant": k}
+                        for k, v in self.kernels.items()},
+            "series_hash": tree.series_hash(),
+            "series": [p.name for p in tree.series_files()],
+            "base_version": tree.installed_base_version(),
+            "vm_shapes": self.shapes,
+            "host": socket.gethostname(),
+            "lab_commit": _lab_commit(),
+        }
+
+
+class HostRunner:
+    """Runs the same scripts on this machine's running kernel, no VM."""
+
+    def __init__(self, quick):
+        self.quick = quick
+        guest_bin = paths.work_dir() / "guest"
+        from lab import initramfs
+        initramfs.guest_programs()
+        self.env = dict(os.environ, PATH=f"{guest_bin}:{os.environ['PATH']}")
+
+    def run(self, kernel_name, group, experiments):
+        script = guest_script(experiments, kernel_name, self.quick)
+        if suite.GROUPS[group].needs_data_disk:
+            script = script.replace("/data/", f"{datadisk.host_files(self.quick)}/")
+        proc = subprocess.run(["sh", "-c", script], env=self.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+        sys.stderr.write("".join(ln + "\n" for ln in proc.stdout.splitlines()
+                                 if not ln.startswith("UNFLUSH-")))
+        return proc.stdout
+
+    def meta(self, reps, started):
+        return {
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "mode": "host",
+            "quick": self.quick,
+            "reps": reps,
+            "duration_s": round(time.monotonic() - started, 1),
+            "kernels": {"host": {"release": os.uname().release, "variant": "host"}},
+            "series_hash": None,
+            "vm_shapes": None,
+            "host": socket.gethostname(),
+            "lab_commit": _lab_commit(),
+        }
+
+
+def _lab_commit():
+    proc = subprocess.run(["git", "-C", str(paths.ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() or None
+

@@ -1,0 +1,65 @@
+"""Read-only files for the tiering experiment (seed 001's "model files").
+
+Seed 001 streams through large read-only file mappings.  Clean page cache of
+a disk filesystem is the closest match: reclaim can drop it without writing,
+so every unmap is of a read-only, clean folio.  The lab makes an ext2 image
+holding three such files, attached to the guest as a read-only virtio disk
+and mounted at /data.  The contents are pseudo-random (not sparse, not
+compressible by accident) and the same every time.
+"""
+
+import hashlib
+import subprocess
+import tempfile
+from pathlib import Path
+
+from lab import paths
+from lab.errors import LabError
+from lab.progress import Progress
+
+FILES = 3
+FILE_MIB = {False: 512, True: 96}   # full, quick
+
+
+def _fill(path, mib):
+    base = (hashlib.sha512(path.name.encode()).digest() * 64)[8:]  # 4 KiB - 8
+    with open(path, "wb") as f:
+        for i in range(mib):
+            # each page starts with its own index: no two pages are alike
+            f.write(b"".join((i * 256 + p).to_bytes(8, "little") + base
+                             for p in range(256)))
+
+
+def host_files(quick):
+    """The same files as plain files on this machine (for --host runs)."""
+    folder = paths.work_dir() / "data" / ("host-quick" if quick else "host")
+    for i in range(FILES):
+        f = folder / f"model{i}"
+        if not f.exists() or f.stat().st_size != FILE_MIB[quick] << 20:
+            folder.mkdir(parents=True, exist_ok=True)
+            _fill(f, FILE_MIB[quick])
+    return folder
+
+
+def ensure(quick):
+    """The ext2 image, made once per size."""
+    mib = FILE_MIB[quick]
+    image = paths.work_dir() / "data" / f"models-{FILES}x{mib}M.ext2"
+    if image.exists():
+        return image
+    image.parent.mkdir(parents=True, exist_ok=True)
+    prog = Progress("data disk")
+    prog.update(f"writing {FILES} x {mib} MiB", force=True)
+    with tempfile.TemporaryDirectory(dir=image.parent) as tmp:
+        for i in range(FILES):
+            _fill(Path(tmp) / f"model{i}", mib)
+        size_mib = FILES * mib + 64
+        tmp_image = image.with_suffix(".tmp")
+        proc = subprocess.run(["mke2fs", "-q", "-F", "-t", "ext2", "-d", tmp,
+                               str(tmp_image), f"{size_mib}M"],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise LabError(f"mke2fs failed making {image}: {proc.stderr.strip()}")
+        tmp_image.rename(image)
+    prog.done(str(image))
+    return image

@@ -1,0 +1,160 @@
+"""report.md and plots from results.json.
+
+One table per experiment: a row per metric, a column per configuration
+(vanilla, patched, patched/<switch>=0), each cell the median over the
+repetitions with its min-max, then the ratio of each configuration to
+vanilla.  Counts come first, time last: counts are exact under emulation,
+time is not (see the note the report opens with).
+"""
+
+import statistics
+from pathlib import Path
+
+COUNT_ORDER = ["tlb_shootdown_irqs", "irq/CAL", "nr_tlb_remote_flush",
+               "nr_tlb_remote_flush_received", "nr_tlb_local_flush_all",
+               "nr_tlb_local_flush_one"]
+# Workload evidence worth a row when it moved: did the pages really go where
+# the experiment says (swap, another node, reclaimed)?
+EVIDENCE_PREFIXES = ("nr_tlb_", "tlb_flush/", "pswp", "pgmigrate_success",
+                     "pgdemote_", "pgpromote_success", "pgsteal_", "thp_swpout",
+                     "thp_migration", "numa_")
+EVIDENCE_SUFFIXES = ("/swpout", "/anon_fault_alloc")
+
+EMULATION_NOTE = """\
+Counts (interrupts, flushes, vmstat events) are exact. Times are guest times under
+QEMU TCG, an emulator: they are comparable only between configurations of the same
+run (interleaved boots), never with native figures. Each cell is the median over the
+repetitions, with [min-max]."""
+
+
+def metric_value(rep, name):
+    if name == "elapsed_s":
+        return rep.get("elapsed_s")
+    if name == "tlb_shootdown_irqs":
+        return rep.get("tlb_shootdown_irqs")
+    return rep.get("counters", {}).get(name)
+
+
+def metrics_of(configs):
+    """The rows of one experiment's table, counts first."""
+    seen = set()
+    for reps in configs.values():
+        for rep in reps:
+            seen.update(k for k, v in rep.get("counters", {}).items() if v)
+    rows = [m for m in COUNT_ORDER if m == "tlb_shootdown_irqs" or m in seen]
+    rows += sorted(m for m in seen if m not in rows and
+                   (m.startswith(EVIDENCE_PREFIXES) or m.endswith(EVIDENCE_SUFFIXES)))
+    return rows + ["elapsed_s"]
+
+
+def summary(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return statistics.median(values), min(values), max(values)
+
+
+def fmt(x, name):
+    if name == "elapsed_s":
+        return f"{x:.4g}"
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
+
+
+def cell(s, name):
+    if s is None:
+        return "n/a"
+    med, lo, hi = s
+    if lo == hi:
+        return fmt(med, name)
+    return f"{fmt(med, name)} [{fmt(lo, name)}-{fmt(hi, name)}]"
+
+
+def config_order(configs):
+    return sorted(configs, key=lambda c: (c != "vanilla", c != "patched", c != "host", c))
+
+
+def table(exp_id, configs):
+    order = config_order(configs)
+    base = "vanilla" if "vanilla" in configs else None
+    others = [c for c in order if c != base] if base else []
+    head = ["metric", *order, *[f"{c}/{base}" for c in others]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in metrics_of(configs):
+        stats = {c: summary([metric_value(r, name) for r in configs[c]]) for c in order}
+        row = [name] + [cell(stats[c], name) for c in order]
+        for c in others:
+            a, b = stats.get(c), stats.get(base)
+            row.append(f"{a[0] / b[0]:.3f}" if a and b and b[0] else "-")
+        lines.append("| " + " | ".join(row) + " |")
+    n = {c: len(configs[c]) for c in order}
+    lines.append("")
+    lines.append("repetitions: " + ", ".join(f"{c} {k}" for c, k in n.items()))
+    return "\n".join(lines)
+
+
+def write(out, doc):
+    out = Path(out)
+    meta = doc["meta"]
+    parts = ["# unflush benchmark report", ""]
+    kernels = ", ".join(f"{k} `{v['release']}`" for k, v in meta["kernels"].items())
+    parts += [f"- date: {meta['date']}, host {meta['host']}, lab {meta.get('lab_commit')}",
+              f"- kernels: {kernels}",
+              f"- series: {meta.get('series_hash')} ({len(meta.get('series') or [])} "
+              f"patches) on Debian {meta.get('base_version')}",
+              f"- mode: {meta['mode']}{' (quick sizes)' if meta['quick'] else ''}, "
+              f"{meta['reps']} repetitions, interleaved by kernel",
+              ""]
+    if meta.get("vm_shapes"):
+        parts.append("VM shapes: " + "; ".join(
+            f"{g}: {s['cpus']} vCPUs, {s['mem']}"
+            + (f" + node1 {s['node1']}" if s.get("node1") else "")
+            + (f", zram {s['zram']}" if s.get("zram") else "")
+            for g, s in meta["vm_shapes"].items()))
+        parts.append("")
+    parts += [EMULATION_NOTE if meta["mode"] != "host" else
+              "Native run on this machine's kernel: times are real.", ""]
+    if doc["failures"]:
+        parts += ["## FAILED", ""]
+        parts += [f"- {f['experiment']} on {f['configuration']} (round {f['round'] + 1}, "
+                  f"exit {f['exit']}): {f['message']}" for f in doc["failures"]]
+        parts.append("")
+    plots = make_plots(out, doc)
+    for exp_id in sorted(doc["experiments"]):
+        parts += [f"## {exp_id}", "", table(exp_id, doc["experiments"][exp_id]), ""]
+        for title, png in plots.get(exp_id.split("/")[0], []):
+            parts += [f"![{title}]({png})", ""]
+            plots.pop(exp_id.split("/")[0])
+    (out / "report.md").write_text("\n".join(parts))
+
+
+def make_plots(out, doc):
+    """PNG plots where a reader would rather look than read."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return {}
+    plots = {}
+    exps = doc["experiments"]
+    sizes = [k for k in exps if k.startswith("munmap-folio-size/") and k.count("/") == 1]
+    if sizes:
+        sizes.sort(key=lambda k: int(k.split("/")[1].rstrip("K")))
+        configs = config_order({c: 1 for k in sizes for c in exps[k]})
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for config in configs:
+            for ax, name in zip(axes, ("elapsed_s", "nr_tlb_local_flush_one")):
+                ys = [summary([metric_value(r, name) for r in exps[k].get(config, [])])
+                      for k in sizes]
+                ax.plot([k.split("/")[1] for k in sizes],
+                        [y[0] if y else float("nan") for y in ys], marker="o", label=config)
+        axes[0].set_title("munmap() time (guest s, median)")
+        axes[1].set_title("single-page TLB flushes during munmap()")
+        for ax in axes:
+            ax.set_xlabel("folio size")
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "munmap-folio-size.png", dpi=90)
+        plt.close(fig)
+        plots["munmap-folio-size"] = [("munmap by folio size", "munmap-folio-size.png")]
+    return plots

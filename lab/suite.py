@@ -1,0 +1,104 @@
+"""The experiments of the five seeds, as guest commands grouped by VM shape.
+
+An experiment is one guest program run with fixed arguments.  Experiments
+that want the same machine (memory, swap, NUMA nodes, vCPUs) form a group;
+one boot runs one repetition of every experiment of a group, so a bench of R
+repetitions on K kernels is R x K boots per group, interleaved by kernel.
+
+`switch` names the run-time switch of the patched kernel that turns the
+experiment's mechanism off; the patched boot then runs it a second time with
+that switch at 0 (configuration `patched/<switch>=0`).
+"""
+
+from dataclasses import dataclass, field
+
+from lab import vm
+from lab.errors import LabError
+
+FOLIO_SIZES = ["4K", "16K", "32K", "64K", "128K", "256K", "512K", "1024K"]
+
+
+@dataclass
+class Experiment:
+    id: str            # what results.json calls it, e.g. munmap-folio-size/64K
+    command: str       # guest command line; --reps 1 and --quick are added
+    group: str
+    switch: str | None = None
+    seed: str = ""
+
+
+@dataclass
+class Group:
+    name: str
+    shape: vm.VMShape
+    quick_shape: vm.VMShape
+    needs_data_disk: bool = False
+    experiments: list = field(default_factory=list)
+
+
+GROUPS = {
+    # Anonymous memory: munmap by folio size, pageout, the swap loop.
+    "anon": Group("anon", vm.VMShape(cpus=2, mem="3G", zram="2G", timeout=3600),
+                  vm.VMShape(cpus=2, mem="1G", zram="512M", timeout=900)),
+    # Two nodes: migration between them, and reclaim/demotion of file pages.
+    "numa": Group("numa", vm.VMShape(cpus=2, mem="2G", node1="2G", zram="1G",
+                                     timeout=3600),
+                  vm.VMShape(cpus=2, mem="1G", node1="1G", zram="512M", timeout=900),
+                  needs_data_disk=True),
+    # hugetlb vmemmap optimisation: its flushes go to every CPU.
+    "hugetlb": Group("hugetlb", vm.VMShape(cpus=4, mem="3G", timeout=1800),
+                     vm.VMShape(cpus=4, mem="1G", timeout=600)),
+}
+
+
+def _experiments():
+    out = []
+    for shape in ("single", "threads"):
+        sfx = "" if shape == "single" else "/threads"
+        for size in FOLIO_SIZES:
+            out.append(Experiment(f"munmap-folio-size/{size}{sfx}",
+                                  f"munmap-folio-size --size {size} --shape {shape}",
+                                  "anon", "zap_pte", "000"))
+        for size in ("64K", "4K"):
+            out.append(Experiment(f"pageout-mthp/{size}{sfx}",
+                                  f"pageout-mthp --size {size} --shape {shape}",
+                                  "anon", "anon_unmap", "002"))
+        out.append(Experiment(f"swap-loop{sfx}", f"swap-loop --shape {shape}",
+                              "anon", "reclaim", "004"))
+    out.append(Experiment("migrate-loop", "migrate-loop --shape threads", "numa",
+                          "reclaim", "004"))
+    out.append(Experiment("migrate-loop/single", "migrate-loop --shape single", "numa",
+                          "reclaim", "004"))
+    out.append(Experiment("ro-reclaim-tiering", "ro-reclaim-tiering --files "
+                          "/data/model0,/data/model1,/data/model2", "numa", "luf", "001"))
+    for hvo in (0, 1):
+        out.append(Experiment(f"hugetlb-hvo/hvo={hvo}",
+                              f"hugetlb-hvo --hvo {hvo}", "hugetlb",
+                              "hvo" if hvo else None, "003"))
+    return out
+
+
+EXPERIMENTS = _experiments()
+
+
+def select(patterns):
+    """Experiments whose id starts with one of `patterns` (all if none)."""
+    if not patterns:
+        return list(EXPERIMENTS)
+    chosen = []
+    for pat in patterns:
+        hits = [e for e in EXPERIMENTS if e.id == pat or e.id.startswith(pat.rstrip("/") + "/")
+                or e.id.startswith(pat)]
+        if not hits:
+            raise LabError(f"unknown experiment {pat!r}: `python3 -m lab bench --list` "
+                           f"shows them", exit_code=2)
+        chosen += [e for e in hits if e not in chosen]
+    return chosen
+
+
+
+def result_key(experiment, record):
+    """results.json's id for a record: the suite's id, plus a phase if any
+    (hugetlb-hvo reports an alloc and a free phase per repetition)."""
+    phase = record.get("phase")
+    return f"{experiment.id}/{phase}" if phase else experiment.id

@@ -1,0 +1,30 @@
+#!/usr/bin/env python3
+"""Stands in for qemu-system-x86_64 in the runner's tests.
+
+Writes a canned kernel console (first -serial) and command output (second
+-serial) chosen by FAKE_QEMU_MODE: ok, splat, panic, hang, setup-failed.
+"""
+
+import os
+import sys
+import time
+
+args = sys.argv[1:]
+serials = [args[i + 1][len("file:"):] for i, a in enumerate(args) if a == "-serial"]
+console, output = serials
+mode = os.environ.get("FAKE_QEMU_MODE", "ok")
+boot = "[    0.000000] Linux version 6.12.117 (fake)\n[    0.5] Run /init as init process\n"
+with open(console, "w") as c, open(output, "w") as o:
+    c.write(boot)
+    if mode == "ok":
+        o.write("hello\r\nUNFLUSH-EXIT 3\r\n")
+    elif mode == "splat":
+        c.write("[    1.0] WARNING: CPU: 1 PID: 42 at mm/rmap.c:100 try_to_unmap_one+0x1/0x2\n")
+        o.write("fine\r\nUNFLUSH-EXIT 0\r\n")
+    elif mode == "panic":
+        c.write("[    1.0] Kernel panic - not syncing: Attempted to kill init!\n")
+    elif mode == "setup-failed":
+        o.write("UNFLUSH-SETUP-FAILED swapon /dev/zram0\r\n")
+    elif mode == "hang":
+        c.flush()
+        time.sleep(3600)

@@ -1,0 +1,89 @@
+"""The QEMU runner: command line, and how it judges a guest (with a fake QEMU)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab import build, initramfs, vm
+from lab.errors import LabError
+
+FAKE = Path(__file__).with_name("fake_qemu.py")
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    wrapper = tmp_path / "qemu"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(vm, "QEMU", str(wrapper))
+    monkeypatch.setattr(initramfs, "run_image", lambda cmd, dest: dest)
+    kernel = build.Kernel("vanilla", tmp_path / "bzImage", "6.12.117", tmp_path)
+
+    def run(mode, **shape):
+        monkeypatch.setenv("FAKE_QEMU_MODE", mode)
+        return vm.run(kernel, "true", vm.VMShape(accel="tcg", **shape),
+                      logdir=tmp_path / "log", quiet=True)
+    return run
+
+
+def test_output_and_exit_status(fake):
+    result = fake("ok")
+    assert result.exit_code == 3
+    assert result.output == "hello\n"
+    assert (result.logdir / "console.log").exists()
+
+
+def test_splat_fails_even_if_command_succeeds(fake):
+    with pytest.raises(LabError, match="kernel splat.*WARNING: CPU: 1.*console log"):
+        fake("splat")
+
+
+def test_panic_is_a_clear_error(fake):
+    with pytest.raises(LabError, match="died before the command finished.*Kernel panic"):
+        fake("panic")
+
+
+def test_hang_times_out(fake):
+    with pytest.raises(LabError, match="timed out after 2 s"):
+        fake("hang", timeout=2)
+
+
+def test_guest_setup_failure(fake):
+    with pytest.raises(LabError, match="set-up failed: swapon"):
+        fake("setup-failed", zram="1G")
+
+
+def test_numa_node_and_zram_on_the_command_line(tmp_path):
+    shape = vm.VMShape(cpus=4, mem="2G", node1="1G", zram="512M")
+    cmd = vm.qemu_command("bz", "initrd", shape, "c.log", "o.log", "tcg")
+    joined = " ".join(cmd)
+    assert "-m 3072M" in joined
+    assert "node,nodeid=1,memdev=m1,initiator=0" in joined
+    assert "hmat=on" in joined
+    assert "target=1,hierarchy=memory,data-type=access-latency,latency=200" in joined
+    assert "unflush.zram=512M" in cmd[cmd.index("-append") + 1]
+    assert "thread=multi" in joined
+
+
+def test_icount_serialises_vcpus():
+    cmd = vm.qemu_command("bz", "i", vm.VMShape(icount=True), "c", "o", "tcg")
+    assert cmd[cmd.index("-icount") + 1] == "shift=0"
+    assert "tcg,thread=single" in cmd
+
+
+def test_splat_patterns():
+    console = ("[ 1.0] ok\n[ 2.0] BUG: KASAN: use-after-free in foo\n"
+               "[ 3.0] WARNING: possible circular locking dependency detected\n"
+               "[ 4.0] Freeing unused kernel image memory\n")
+    assert len(vm.find_splats(console)) == 2
+
+
+def test_newc_archive_is_readable_by_cpio(tmp_path):
+    import gzip
+    import subprocess
+    data = initramfs.cpio([("d", None, 0o755), ("d/f", b"abc", 0o644)])
+    (tmp_path / "a.cpio").write_bytes(gzip.decompress(data))
+    out = subprocess.run(["cpio", "-t", "-F", str(tmp_path / "a.cpio")],
+                         capture_output=True, text=True)
+    assert out.stdout.split() == ["d", "d/f"]

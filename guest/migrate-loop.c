@@ -130,7 +130,7 @@ int main(int argc, char **argv)
 	if (nnodes < 0)
 		die(1, "no /sys/devices/system/node/has_memory: this kernel has no NUMA (CONFIG_NUMA)");
 	if (nnodes < 2)
-		die(1, "migrate-loop needs 2 NUMA nodes with memory, this machine has %d; give the guest a second node (QEMU -numa node,nodeid=1,memdev=...)",
+		die(1, "needs 2 NUMA nodes with memory, this machine has %d; give the guest a second node (QEMU -numa node,nodeid=1,memdev=...)",
 		    nnodes);
 	online_cpus(&cpu, 1);
 	pin_to_cpu(cpu);

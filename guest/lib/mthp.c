@@ -52,7 +52,7 @@ void mthp_set_only(unsigned long folio_kb)
 	else if (!strcmp(cur, "never"))
 		setting_write(THP_DIR "/enabled", "madvise");
 	if (folio_kb != 4 && !found)
-		die(1, "this kernel has no %luK anonymous folios (no " THP_DIR "/hugepages-%lukB); pick a size listed there",
+		die(1, "this kernel has no %luK anonymous folios (no " THP_DIR "/hugepages-%lukB/enabled); pick a size listed there",
 		    folio_kb, folio_kb);
 }
 

@@ -54,6 +54,13 @@ static void read_vmstat(struct snapshot *s)
 	long long v;
 	bool events = false, nr_tlb = false;
 
+	/*
+	 * Event counters are summed over the CPUs when read, but node and zone
+	 * gauges (nr_*) lag by per-cpu deltas of up to ~100 pages each: fold
+	 * them first, so their deltas are exact too.  Needs root; without it
+	 * the gauges stay approximate.
+	 */
+	write_text("/proc/sys/vm/stat_refresh", "1");
 	if (!f)
 		die(1, "cannot open /proc/vmstat: is /proc mounted?");
 	while (fscanf(f, "%63s %lld", key, &v) == 2) {

@@ -1,0 +1,59 @@
+"""The suite's bookkeeping: scripts, parsing, failures, the report."""
+
+import json
+
+from lab import bench, report, suite
+
+
+def rec(exp, elapsed, irqs, **counters):
+    return "UNFLUSH-RESULT " + json.dumps({
+        "experiment": exp, "shape": "single", "rep": 0, "elapsed_s": elapsed,
+        "tlb_shootdown_irqs": irqs, "counters": counters, "checks": {}, "missing": []})
+
+
+def test_switch_off_runs_only_on_patched_kernels():
+    exps = suite.select(["munmap-folio-size/64K"])[:1]
+    van = bench.guest_script(exps, "vanilla", quick=True)
+    pat = bench.guest_script(exps, "patched", quick=True)
+    assert "zap_pte" not in van
+    assert "echo 0 > /sys/kernel/mm/tlb_batching/zap_pte" in pat
+    assert "UNFLUSH-BEGIN munmap-folio-size/64K patched/zap_pte=0" in pat
+    assert "--reps 1 --quick" in van
+
+
+def test_parse_results_and_failures():
+    exps = suite.select(["munmap-folio-size/64K", "pageout-mthp/64K"])
+    exps = [e for e in exps if e.id in ("munmap-folio-size/64K", "pageout-mthp/64K")]
+    out = "\n".join([
+        "UNFLUSH-BEGIN munmap-folio-size/64K patched",
+        rec("munmap-folio-size/64K", 0.5, 10, nr_tlb_remote_flush=4),
+        "UNFLUSH-END munmap-folio-size/64K patched 0",
+        "UNFLUSH-BEGIN pageout-mthp/64K patched",
+        "pageout-mthp: no swap is configured; boot with --zram",
+        "UNFLUSH-END pageout-mthp/64K patched 1",
+    ])
+    results, failures = {}, []
+    bench.parse_output(out, exps, results, failures, {"kernel": "patched", "round": 0})
+    (r,) = results["munmap-folio-size/64K"]["patched"]
+    assert r["counters"]["nr_tlb_remote_flush"] == 4 and r["round"] == 0
+    (f,) = failures
+    assert f["experiment"] == "pageout-mthp/64K" and f["exit"] == 1
+    assert "no swap" in f["message"]
+
+
+def test_hugetlb_phases_are_separate_experiments():
+    (exp,) = suite.select(["hugetlb-hvo/hvo=1"])
+    assert suite.result_key(exp, {"phase": "alloc"}) == "hugetlb-hvo/hvo=1/alloc"
+
+
+def test_report_medians_and_ratio(tmp_path):
+    reps = lambda xs: [json.loads(rec("x", t, i, nr_tlb_remote_flush=i)[15:]) for t, i in xs]
+    doc = {"meta": {"date": "d", "host": "h", "mode": "tcg", "quick": True, "reps": 3,
+                    "kernels": {"vanilla": {"release": "6.12.117"}}, "series": []},
+           "experiments": {"swap-loop": {"vanilla": reps([(1.0, 10), (2.0, 20), (3.0, 30)]),
+                                         "patched": reps([(1.0, 1), (1.0, 2), (1.0, 3)])}},
+           "failures": []}
+    report.write(tmp_path, doc)
+    text = (tmp_path / "report.md").read_text()
+    assert "| tlb_shootdown_irqs | 20 [10-30] | 2 [1-3] | 0.100 |" in text
+    assert "| elapsed_s | 2 [1-3] | 1 | 0.500 |" in text

@@ -40,8 +40,10 @@ static const char usage[] =
 "Verifies HugePages_Total reached N (and 0 after freeing), else fails with\n"
 "the number reached.  Experiment id: hugetlb-hvo/hvo=<0|1>, field \"phase\".\n"
 "checks: hugepages_total, expected, hugetlb_optimize_vmemmap,\n"
-"hugepagesize_kB, nr_memmap_pages (vmemmap pages freed (<0) or restored by\n"
-"HVO in the phase; absent on kernels without that counter).\n";
+"hugepagesize_kB, memmap_pages (net change of nr_memmap_pages +\n"
+"nr_memmap_boot_pages: < 0 when HVO freed struct-page memory; absent on\n"
+"kernels without those counters).  Refuses a --pages that does not fit in\n"
+"90%% of MemAvailable: the OOM killer would end this program unrestored.\n";
 
 static void timed_write(const char *path, long value, struct phase *p)
 {
@@ -60,6 +62,23 @@ static void timed_write(const char *path, long value, struct phase *p)
 	close(fd);
 }
 
+/*
+ * The kernel takes all the memory it can when asked for too many huge pages,
+ * and the OOM killer then picks this process: SIGKILL, no restore, a guest
+ * left without memory.  So ask only for what fits.
+ */
+static void check_room(long pages)
+{
+	long long page_kb = meminfo_value("Hugepagesize");
+	long long avail_kb = meminfo_value("MemAvailable");
+
+	if (page_kb <= 0 || avail_kb < 0)
+		die(1, "no Hugepagesize or MemAvailable in /proc/meminfo");
+	if (pages * page_kb > avail_kb * 9 / 10)
+		die(1, "%ld huge pages of %lld kB need %lld MiB, only %lld MiB is available; use fewer --pages",
+		    pages, page_kb, pages * page_kb / 1024, avail_kb / 1024);
+}
+
 static void report_phase(const char *experiment, const char *shape, int rep,
 			 const char *name, const struct phase *p, long expected,
 			 int hvo)
@@ -71,9 +90,11 @@ static void report_phase(const char *experiment, const char *shape, int rep,
 	field_int(&checks, "expected", expected);
 	field_int(&checks, "hugetlb_optimize_vmemmap", hvo);
 	field_int(&checks, "hugepagesize_kB", meminfo_value("Hugepagesize"));
+	/* HVO frees boot-time memmap first, later buddy-allocated memmap */
 	if (phase_has(p, "nr_memmap_pages"))
-		field_int(&checks, "nr_memmap_pages",
-			  phase_delta(p, "nr_memmap_pages"));
+		field_int(&checks, "memmap_pages",
+			  phase_delta(p, "nr_memmap_pages") +
+			  phase_delta(p, "nr_memmap_boot_pages"));
 	if (total != expected)
 		die(1, "%s: HugePages_Total reached %lld, not %ld; memory too small or fragmented (try fewer --pages, or echo 1 > /proc/sys/vm/compact_memory)",
 		    name, total, expected);
@@ -117,14 +138,15 @@ int main(int argc, char **argv)
 
 	if (!path_exists(NR_HUGEPAGES))
 		die(1, "no " NR_HUGEPAGES ": this kernel has no hugetlb pages (CONFIG_HUGETLBFS)");
+	if (!path_exists(HVO) && hvo)
+		die(1, "no " HVO ": this kernel cannot optimise vmemmap (CONFIG_HUGETLB_PAGE_OPTIMIZE_VMEMMAP); use --hvo 0");
+	check_room(pages);
+	online_cpus(&cpu, 1);
+	pin_main(cpu);
 	if (path_exists(HVO))
 		setting_write(HVO, hvo ? "1" : "0");
-	else if (hvo)
-		die(1, "no " HVO ": this kernel cannot optimise vmemmap (CONFIG_HUGETLB_PAGE_OPTIMIZE_VMEMMAP); use --hvo 0");
 	/* start from none, and have the old count restored at exit */
 	setting_write(NR_HUGEPAGES, "0");
-	online_cpus(&cpu, 1);
-	pin_to_cpu(cpu);
 
 	for (int rep = 0; rep < o.reps; rep++) {
 		struct phase alloc = { 0 }, release = { 0 };

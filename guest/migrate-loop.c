@@ -133,7 +133,7 @@ int main(int argc, char **argv)
 		die(1, "needs 2 NUMA nodes with memory, this machine has %d; give the guest a second node (QEMU -numa node,nodeid=1,memdev=...)",
 		    nnodes);
 	online_cpus(&cpu, 1);
-	pin_to_cpu(cpu);
+	pin_main(cpu);
 
 	for (int rep = 0; rep < o.reps; rep++) {
 		long long expected = rounds * (long long)(mem / PAGE_SIZE_4K);

@@ -72,7 +72,7 @@ int main(int argc, char **argv)
 		 folio_size_name(folio_kb));
 
 	online_cpus(&cpu, 1);
-	pin_to_cpu(cpu);
+	pin_main(cpu);
 	mthp_set_only(folio_kb);
 	for (int rep = 0; rep < o.reps; rep++) {
 		struct phase p = { 0 };

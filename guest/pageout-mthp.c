@@ -100,7 +100,7 @@ int main(int argc, char **argv)
 
 	require_swap(mem);
 	online_cpus(&cpu, 1);
-	pin_to_cpu(cpu);
+	pin_main(cpu);
 	mthp_set_only(folio_kb);
 	for (int rep = 0; rep < o.reps; rep++) {
 		struct phase p = { 0 };

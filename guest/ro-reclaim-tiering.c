@@ -16,14 +16,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <mntent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -65,12 +63,34 @@ static const char usage[] =
 "pages_touched, pages_per_s.  checks: pgsteal, pgdemote, pgpromote_success,\n"
 "resident_pages_before, demotion.\n";
 
-static char cgroup_dir[512];
-static char cgroup_mount[256];
+/* Demotion needs somewhere slower to go: a node with memory but no CPU. */
+static bool enable_tiering(void)
+{
+	int mem_nodes[64], cpu_nodes[64], nmem, ncpu;
+	bool cpuless = false;
+
+	nmem = node_list("has_memory", mem_nodes, 64);
+	ncpu = node_list("has_cpu", cpu_nodes, 64);
+	for (int m = 0; m < nmem; m++) {
+		bool has_cpu = false;
+
+		for (int c = 0; c < ncpu; c++)
+			has_cpu |= cpu_nodes[c] == mem_nodes[m];
+		cpuless |= !has_cpu;
+	}
+	if (!cpuless || ncpu <= 0)
+		return false;
+	setting_write("/sys/kernel/mm/numa/demotion_enabled", "1");
+	/* promotion back to the fast node needs NUMA balancing in tiering mode */
+	if (path_exists("/proc/sys/kernel/numa_balancing"))
+		setting_write("/proc/sys/kernel/numa_balancing", "2");
+	return true;
+}
+
 static pid_t children[MAX_PROCS];
 static int nchildren;
 
-/* --- the memory cgroup --- */
+/* --- the reader processes, from the parent's side --- */
 
 /* The normal end: the children exit once @quit_fd is closed. */
 static void reap_children(int quit_fd)
@@ -94,110 +114,6 @@ static void kill_children(void)
 	for (int i = 0; i < nchildren; i++)
 		waitpid(children[i], NULL, 0);
 	nchildren = 0;
-}
-
-static void remove_cgroup(void)
-{
-	if (rmdir(cgroup_dir) && errno != ENOENT)
-		fprintf(stderr, "ro-reclaim-tiering: cannot remove %s: %s\n",
-			cgroup_dir, strerror(errno));
-}
-
-static void disable_memory_controller(void)
-{
-	char path[300];
-
-	snprintf(path, sizeof(path), "%s/cgroup.subtree_control",
-		 cgroup_mount);
-	/* best effort: it stays on if another cgroup came to use it */
-	write_text(path, "-memory");
-}
-
-static void unmount_cgroup2(void)
-{
-	umount(cgroup_mount);
-}
-
-static bool find_cgroup2(void)
-{
-	FILE *f = setmntent("/proc/self/mounts", "r");
-	struct mntent *m;
-
-	while (f && (m = getmntent(f))) {
-		if (!strcmp(m->mnt_type, "cgroup2")) {
-			snprintf(cgroup_mount, sizeof(cgroup_mount), "%s",
-				 m->mnt_dir);
-			break;
-		}
-	}
-	if (f)
-		endmntent(f);
-	return cgroup_mount[0];
-}
-
-static bool is_mount_point(const char *dir)
-{
-	struct stat here, parent;
-	char up[300];
-
-	snprintf(up, sizeof(up), "%s/..", dir);
-	return !stat(dir, &here) && !stat(up, &parent) &&
-	       here.st_dev != parent.st_dev;
-}
-
-static void memcg_create(size_t limit)
-{
-	char path[600], text[512];
-
-	if (!find_cgroup2()) {
-		/* a bare initramfs: mount it, unless v1 hierarchies live there */
-		if (is_mount_point("/sys/fs/cgroup") ||
-		    mount("none", "/sys/fs/cgroup", "cgroup2", 0, NULL))
-			die(1, "no cgroup2 hierarchy, and cannot mount one at /sys/fs/cgroup (%s); this machine seems to use cgroup v1",
-			    strerror(errno));
-		snprintf(cgroup_mount, sizeof(cgroup_mount), "/sys/fs/cgroup");
-		cleanup_push_fn(unmount_cgroup2);
-	}
-	snprintf(path, sizeof(path), "%s/cgroup.controllers", cgroup_mount);
-	if (!setting_read(path, text, sizeof(text)) || !strstr(text, "memory"))
-		die(1, "the memory controller is not available in the cgroup2 hierarchy at %s (bound to cgroup v1, or CONFIG_MEMCG off)",
-		    cgroup_mount);
-	snprintf(path, sizeof(path), "%s/cgroup.subtree_control", cgroup_mount);
-	if (!setting_read(path, text, sizeof(text)))
-		die(1, "cannot read %s: %s", path, strerror(errno));
-	if (!strstr(text, "memory")) {
-		if (!write_text(path, "+memory"))
-			die(1, "cannot enable the memory controller (%s): %s",
-			    path, strerror(errno));
-		cleanup_push_fn(disable_memory_controller);
-	}
-	snprintf(cgroup_dir, sizeof(cgroup_dir), "%s/unflush-ro-%d",
-		 cgroup_mount, getpid());
-	if (mkdir(cgroup_dir, 0755))
-		die(1, "cannot create cgroup %s: %s", cgroup_dir,
-		    strerror(errno));
-	cleanup_push_fn(remove_cgroup);
-	cleanup_push_fn(kill_children);
-	snprintf(path, sizeof(path), "%s/memory.max", cgroup_dir);
-	snprintf(text, sizeof(text), "%zu", limit);
-	if (!write_text(path, text))
-		die(1, "cannot set %s to %s: %s", path, text, strerror(errno));
-}
-
-/* Demotion needs somewhere slower to go: a node with memory but no CPU. */
-static bool enable_tiering(void)
-{
-	int mem_nodes[64], cpu_nodes[64], nmem, ncpu;
-
-	nmem = node_list("has_memory", mem_nodes, 64);
-	ncpu = node_list("has_cpu", cpu_nodes, 64);
-	if (nmem <= ncpu || ncpu < 0)
-		return false;
-	setting_write("/sys/kernel/mm/numa/demotion_enabled", "1");
-	/* promotion back to the fast node needs NUMA balancing in tiering mode */
-	if (path_exists("/proc/sys/kernel/numa_balancing"))
-		setting_write("/proc/sys/kernel/numa_balancing", "2");
-	return true;
 }
 
 /* --- the readers --- */
@@ -258,14 +174,11 @@ static void reader_process(const char *file, int threads, int passes,
 	struct reader r[MAX_CPUS];
 	pthread_t tid[MAX_CPUS];
 	pthread_barrier_t start;
-	char path[600];
 	struct stat st;
 	void *map;
 	int fd;
 
-	snprintf(path, sizeof(path), "%s/cgroup.procs", cgroup_dir);
-	if (!write_text(path, "0"))
-		die(1, "cannot join cgroup %s: %s", cgroup_dir, strerror(errno));
+	memcg_join();
 	fd = open(file, O_RDONLY);
 	if (fd < 0 || fstat(fd, &st))
 		die(1, "cannot open %s: %s", file, strerror(errno));
@@ -409,7 +322,9 @@ int main(int argc, char **argv)
 		usage_error("at most %d --procs and %d --threads", MAX_PROCS,
 			    MAX_CPUS);
 
-	memcg_create(limit);
+	memcg_create("unflush-ro", limit);
+	/* runs before the cgroup's removal: it must be empty by then */
+	cleanup_push_fn(kill_children);
 	tiering = enable_tiering();
 	touched = mmap(NULL, procs * sizeof(*touched), PROT_READ | PROT_WRITE,
 		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);

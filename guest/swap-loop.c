@@ -79,7 +79,7 @@ int main(int argc, char **argv)
 
 	require_swap(mem);
 	online_cpus(&cpu, 1);
-	pin_to_cpu(cpu);
+	pin_main(cpu);
 	for (int rep = 0; rep < o.reps; rep++) {
 		long long expected = rounds * (long long)(mem / PAGE_SIZE_4K);
 		struct phase p = { 0 };

@@ -56,7 +56,7 @@ static void *reader_main(void *arg)
 
 	pin_to_cpu(sh->cpu);
 	atomic_store(&sh->ready, true);
-	/* spin, never sleep: a sleeping B would leave the mm's cpumask */
+	/* spin, never sleep: B must be running this mm when the flush comes */
 	while (!atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
 		long g = atomic_load_explicit(&sh->gen, memory_order_acquire);
 		volatile char *c;
@@ -147,7 +147,7 @@ int main(int argc, char **argv)
 	if (remote && ncpus < 2)
 		die(1, "--remote needs 2 usable CPUs, found %d; boot the guest with -smp 2 or more",
 		    ncpus);
-	pin_to_cpu(cpus[0]);
+	pin_main(cpus[0]);
 
 	for (int rep = 0; rep < o.reps; rep++) {
 		struct shared sh = { .len = pages * PAGE_SIZE_4K };

@@ -5,6 +5,7 @@
  * console.
  */
 #define _GNU_SOURCE
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,7 +92,11 @@ void field_int(struct fields *f, const char *key, long long value)
 void field_real(struct fields *f, const char *key, double value)
 {
 	field_key(f, key);
-	jb_printf(&f->b, "%.9g", value);
+	/* JSON has no inf or nan */
+	if (isfinite(value))
+		jb_printf(&f->b, "%.9g", value);
+	else
+		jb_printf(&f->b, "null");
 }
 
 void field_str(struct fields *f, const char *key, const char *value)

@@ -27,8 +27,14 @@ static const char *const source_names[NR_SOURCES] = {
 
 /* Rows of /proc/interrupts worth counting: shootdowns, and the
  * function-call IPIs that kernel-range flushes (HVO) are sent as. */
-static const char *const irq_rows[] = { "TLB", "CAL" };
-static const enum source irq_sources[] = { SRC_IRQ_TLB, SRC_IRQ_CAL };
+static const struct {
+	const char *row;
+	enum source src;
+} irq_rows[] = {
+	{ "TLB", SRC_IRQ_TLB },
+	{ "CAL", SRC_IRQ_CAL },
+};
+#define NR_IRQ_ROWS (sizeof(irq_rows) / sizeof(irq_rows[0]))
 
 const char *source_name(enum source src)
 {
@@ -80,8 +86,8 @@ static void read_interrupts(struct snapshot *s)
 	FILE *f = fopen("/proc/interrupts", "r");
 	int cpu_ids[MAX_CPUS], ncols = 0;
 	char *line = NULL, *p, *end, name[96];
+	bool found[NR_IRQ_ROWS] = { false };
 	size_t cap = 0;
-	bool found[2] = { false, false };
 
 	if (!f || getline(&line, &cap, f) < 0)
 		die(1, "cannot read /proc/interrupts: is /proc mounted?");
@@ -90,11 +96,12 @@ static void read_interrupts(struct snapshot *s)
 		cpu_ids[ncols++] = strtol(p + 3, &end, 10);
 	while (getline(&line, &cap, f) > 0) {
 		p = line + strspn(line, " ");
-		for (size_t r = 0; r < 2; r++) {
-			size_t len = strlen(irq_rows[r]);
+		for (size_t r = 0; r < NR_IRQ_ROWS; r++) {
+			const char *row = irq_rows[r].row;
+			size_t len = strlen(row);
 			long long sum = 0;
 
-			if (strncmp(p, irq_rows[r], len) || p[len] != ':')
+			if (strncmp(p, row, len) || p[len] != ':')
 				continue;
 			p += len + 1;
 			for (int c = 0; c < ncols; c++) {
@@ -102,20 +109,21 @@ static void read_interrupts(struct snapshot *s)
 
 				p = end;
 				sum += v;
-				snprintf(name, sizeof(name), "irq/%s/cpu%d",
-					 irq_rows[r], cpu_ids[c]);
+				snprintf(name, sizeof(name), "irq/%s/cpu%d", row,
+					 cpu_ids[c]);
 				snapshot_add(s, name, v);
 			}
-			snprintf(name, sizeof(name), "irq/%s", irq_rows[r]);
+			snprintf(name, sizeof(name), "irq/%s", row);
 			snapshot_add(s, name, sum);
 			found[r] = true;
+			break;
 		}
 	}
 	free(line);
 	fclose(f);
-	for (size_t r = 0; r < 2; r++)
+	for (size_t r = 0; r < NR_IRQ_ROWS; r++)
 		if (!found[r])
-			s->missing |= 1u << irq_sources[r];
+			s->missing |= 1u << irq_rows[r].src;
 }
 
 static void read_mthp(struct snapshot *s)

@@ -3,8 +3,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "unflush.h"
 
@@ -88,6 +92,43 @@ void pin_to_cpu(int cpu)
 	/* pid 0 is the calling thread, not the whole process */
 	if (sched_setaffinity(0, sizeof(set), &set))
 		die(1, "cannot pin to CPU %d: %s", cpu, strerror(errno));
+}
+
+static pid_t worker;
+
+static void forward_signal(int sig)
+{
+	kill(worker, sig);
+}
+
+void pin_main(int cpu)
+{
+	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
+	struct sigaction sa = { .sa_handler = forward_signal };
+	int status;
+
+	pin_to_cpu(cpu);
+	fflush(NULL);
+	worker = fork();
+	if (worker < 0)
+		die(1, "fork: %s", strerror(errno));
+	if (worker == 0) {
+		/* if the parent is killed, clean up and go too */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		return;
+	}
+	/* the worker restores what it changed: let it finish doing so */
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		sigaction(sigs[i], &sa, NULL);
+	while (waitpid(worker, &status, 0) < 0)
+		if (errno != EINTR)
+			die(1, "waitpid: %s", strerror(errno));
+	if (WIFSIGNALED(status)) {
+		signal(WTERMSIG(status), SIG_DFL);
+		raise(WTERMSIG(status));
+		_exit(128 + WTERMSIG(status));
+	}
+	_exit(WEXITSTATUS(status));
 }
 
 int node_list(const char *name, int *nodes, int max)

@@ -55,7 +55,8 @@ static bool install_trigger(const char *dir)
 	fclose(f);
 	if (strstr(text, TRIGGER_SHOWN))
 		return true;
-	return write_text(path, TRIGGER);
+	/* EEXIST: another program installed it since we looked */
+	return write_text(path, TRIGGER) || errno == EEXIST;
 }
 
 /* Where the hist file is, or NULL if the counts cannot be had here. */

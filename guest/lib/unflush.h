@@ -62,8 +62,8 @@ struct run_opts {
 	int reps;
 	bool quick;
 	bool threads;		/* --shape threads */
-	bool shape_given;
 };
+/* @threads: the default shape of this experiment. */
 void run_opts_init(struct run_opts *o, const char *usage, bool threads);
 /* Handles a common option or '?'; false if @opt is the program's own. */
 bool run_option(struct run_opts *o, int opt, char **argv);
@@ -87,6 +87,15 @@ bool path_exists(const char *path);
 /* CPUs online and allowed for this process, ascending; returns the count. */
 int online_cpus(int *cpus, int max);
 void pin_to_cpu(int cpu);
+/*
+ * Pin the main thread to @cpu and carry on in a forked child.  exec may have
+ * started the process on any CPU, and x86 keeps a CPU that ran the mm in its
+ * cpumask while it idles in lazy TLB mode, so a single-threaded first
+ * repetition could still send shootdown IPIs.  The child's fresh mm only
+ * ever runs on @cpu; the parent forwards signals, waits and exits with the
+ * child's status.  Call it before changing any setting.
+ */
+void pin_main(int cpu);
 /* Nodes in a /sys/devices/system/node list file (has_memory, has_cpu...). */
 int node_list(const char *name, int *nodes, int max);
 /* Parse a kernel list ("0-3,8"); false on malformed input. */
@@ -194,6 +203,17 @@ char *map_anon_folios(size_t bytes, unsigned long folio_kb,
 const char *folio_size_name(unsigned long folio_kb);
 /* Parse a --size argument into KiB; dies unless it is a power of two >= 4K. */
 unsigned long parse_folio_kb(const char *arg);
+
+/* --- memcg.c --- */
+
+/*
+ * Create <cgroup2 mount>/<name>-<pid> with memory.max = @limit, mounting
+ * cgroup2 and enabling the memory controller if need be; all undone at exit
+ * (the cgroup must be empty by then).  Returns the cgroup's directory.
+ */
+const char *memcg_create(const char *name, size_t limit);
+/* Move the calling process into the cgroup memcg_create() made. */
+void memcg_join(void);
 
 /* --- meminfo.c --- */
 

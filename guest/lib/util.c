@@ -112,7 +112,6 @@ bool run_option(struct run_opts *o, int opt, char **argv)
 			usage_error("bad --shape '%s': use single or threads",
 				    arg);
 		o->threads = !strcmp(arg, "threads");
-		o->shape_given = true;
 		return true;
 	case 'h':
 		fputs(o->usage, stdout);

@@ -149,7 +149,10 @@ def build(variant, jobs=None):
     prog = Progress(f"build {variant}")
     steps, last = 0, ""
     with open(log_path, "w") as log:
-        proc = _make(variant, *cc, f"-j{jobs}", "bzImage", log=log, extra_env=env)
+        # LOCALVERSION names the variant in `uname -r`; set, it also keeps
+        # kbuild from appending "+" for a git tree.
+        proc = _make(variant, *cc, f"LOCALVERSION=-{variant}", f"-j{jobs}", "bzImage",
+                     log=log, extra_env=env)
         with open(log_path) as follow:
             while True:
                 line = follow.readline()

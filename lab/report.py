@@ -10,6 +10,8 @@ time is not (see the note the report opens with).
 import statistics
 from pathlib import Path
 
+from lab import suite
+
 COUNT_ORDER = ["tlb_shootdown_irqs", "irq/CAL", "nr_tlb_remote_flush",
                "nr_tlb_remote_flush_received", "nr_tlb_local_flush_all",
                "nr_tlb_local_flush_one"]
@@ -17,7 +19,8 @@ COUNT_ORDER = ["tlb_shootdown_irqs", "irq/CAL", "nr_tlb_remote_flush",
 # the experiment says (swap, another node, reclaimed)?
 EVIDENCE_PREFIXES = ("nr_tlb_", "tlb_flush/", "pswp", "pgmigrate_success",
                      "pgdemote_", "pgpromote_success", "pgsteal_", "thp_swpout",
-                     "thp_migration", "numa_")
+                     "thp_migration", "numa_pte_updates", "numa_hint_faults",
+                     "numa_pages_migrated", "nr_memmap_pages")
 EVIDENCE_SUFFIXES = ("/swpout", "/anon_fault_alloc")
 
 EMULATION_NOTE = """\
@@ -92,6 +95,15 @@ def table(exp_id, configs):
     return "\n".join(lines)
 
 
+def suite_order(exp_id):
+    """Experiments in the suite's order (by seed), phases after their parent."""
+    ids = [e.id for e in suite.EXPERIMENTS]
+    for i, known in enumerate(ids):
+        if exp_id == known or exp_id.startswith(known + "/"):
+            return (i, exp_id)
+    return (len(ids), exp_id)
+
+
 def write(out, doc):
     out = Path(out)
     meta = doc["meta"]
@@ -119,7 +131,7 @@ def write(out, doc):
                   f"exit {f['exit']}): {f['message']}" for f in doc["failures"]]
         parts.append("")
     plots = make_plots(out, doc)
-    for exp_id in sorted(doc["experiments"]):
+    for exp_id in sorted(doc["experiments"], key=suite_order):
         parts += [f"## {exp_id}", "", table(exp_id, doc["experiments"][exp_id]), ""]
         for title, png in plots.get(exp_id.split("/")[0], []):
             parts += [f"![{title}]({png})", ""]

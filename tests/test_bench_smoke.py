@@ -1,0 +1,36 @@
+"""The whole benchmark suite in its quick form, on vanilla and patched.
+
+A smoke test: every experiment runs and its set-up check holds (folio
+sizes, swap reached, pages migrated, reclaim happened, hugetlb pages
+allocated).  Speed is the report's business, not a test's.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lab import paths, suite
+
+pytestmark = pytest.mark.vm
+
+
+def test_quick_suite_runs_with_set_up_checks_holding(tmp_path):
+    out = tmp_path / "results"
+    proc = subprocess.run([sys.executable, "-m", "lab", "bench", "--quick", "--no-build",
+                           "-o", str(out)], cwd=paths.ROOT, stderr=subprocess.PIPE,
+                          text=True)
+    tail = "\n".join(proc.stderr.splitlines()[-15:])
+    assert proc.returncode == 0, tail
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["failures"] == []
+    for exp in suite.EXPERIMENTS:
+        ids = [k for k in doc["experiments"] if k == exp.id or k.startswith(exp.id + "/")]
+        assert ids, f"no result for {exp.id}"
+        for key in ids:
+            configs = doc["experiments"][key]
+            assert {"vanilla", "patched"} <= set(configs), key
+            for reps in configs.values():
+                assert all(not r["missing"] for r in reps), key
+    assert (out / "report.md").read_text().count("\n## ") >= len(suite.EXPERIMENTS)

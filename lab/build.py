@@ -1,10 +1,13 @@
 """Configure and build the lab's kernels.
 
-Three variants, one config fragment:
+Four variants, one config fragment:
 
   vanilla  build/vanilla  tinyconfig + config/lab.config
   patched  build/patched  tinyconfig + config/lab.config
   debug    build/patched  tinyconfig + config/lab.config + config/debug.config
+  broken   build/broken   tinyconfig + config/lab.config; the series plus
+                          patches/testing/, a kernel broken on purpose so the
+                          safety tests can be shown to fail (docs/stale-tlb.md)
 
 Each build directory is `<tree>/.o-<variant>`: one level below its source, so
 kbuild uses `srctree=..` and the compiler sees the same relative paths in both
@@ -28,6 +31,7 @@ VARIANTS = {
     "vanilla": ("vanilla", ["lab.config"]),
     "patched": ("patched", ["lab.config"]),
     "debug": ("patched", ["lab.config", "debug.config"]),
+    "broken": ("broken", ["lab.config"]),
 }
 
 CONFIG_LINE = re.compile(r"^(CONFIG_\w+)=(.*)$|^# (CONFIG_\w+) is not set$")
@@ -50,7 +54,8 @@ def check_variant(variant):
 
 def source_tree(variant):
     check_variant(variant)
-    return tree.vanilla_dir() if VARIANTS[variant][0] == "vanilla" else tree.patched_dir()
+    return {"vanilla": tree.vanilla_dir, "patched": tree.patched_dir,
+            "broken": tree.broken_dir}[VARIANTS[variant][0]]()
 
 
 def objdir(variant):
@@ -130,6 +135,8 @@ def build(variant, jobs=None):
     check_variant(variant)
     if VARIANTS[variant][0] == "vanilla":
         tree.ensure_vanilla()
+    elif VARIANTS[variant][0] == "broken":
+        tree.ensure_testing()
     else:
         tree.ensure_patched()
     configure(variant)

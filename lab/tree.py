@@ -24,6 +24,7 @@ from lab.progress import Progress, say
 
 DEB_PACKAGE = "linux-source-6.12"
 BRANCH = "unflush"
+BROKEN_BRANCH = "unflush-broken"
 BASE_TAG = "vanilla"
 IDENTITY = ["-c", "user.name=unflush lab", "-c", "user.email=unflush@example.org"]
 
@@ -34,6 +35,10 @@ def vanilla_dir() -> Path:
 
 def patched_dir() -> Path:
     return paths.work_dir() / "patched"
+
+
+def broken_dir() -> Path:
+    return paths.work_dir() / "broken"
 
 
 def git(tree, *args, check=True):
@@ -187,16 +192,23 @@ def ensure_patched(force=False):
     return tree
 
 
+def _git_am(tree, patch):
+    """Apply one patch; on failure leave no am in progress, return git's reason."""
+    proc = git(tree, "am", "-q", "--whitespace=nowarn", str(patch), check=False)
+    if proc.returncode == 0:
+        return None
+    git(tree, "am", "--abort", check=False)
+    return first_error(proc.stdout + "\n" + proc.stderr)
+
+
 def _apply_series(tree):
     files = series_files()
     check_base_version()
     prog = Progress("patched tree")
     for i, patch in enumerate(files, 1):
         prog.update(f"git am {i}/{len(files)} {patch.name}")
-        proc = git(tree, "am", "-q", "--whitespace=nowarn", str(patch), check=False)
-        if proc.returncode != 0:
-            reason = first_error(proc.stdout + "\n" + proc.stderr)
-            git(tree, "am", "--abort", check=False)
+        reason = _git_am(tree, patch)
+        if reason:
             git(tree, "reset", "-q", "--hard", BASE_TAG)
             _stamp_path().unlink(missing_ok=True)
             raise LabError(f"patch {patch.name} does not apply: {reason} "
@@ -228,3 +240,51 @@ def export():
     _write_stamp(git(tree, "rev-parse", "HEAD").stdout.strip())
     say(f"lab: exported {len(names)} patches to {paths.PATCHES}")
     return names
+
+
+# --- the kernel broken on purpose --------------------------------------------
+
+def testing_files():
+    """patches/testing/*.patch, in name order: kernels broken on purpose so
+    that the safety tests can be shown to fail (docs/stale-tlb.md)."""
+    return sorted((paths.PATCHES / "testing").glob("*.patch"))
+
+
+def ensure_testing():
+    """Make build/broken = build/patched's branch + patches/testing/.
+
+    A generated tree, never edited by hand: it is re-made whenever the
+    series branch or a testing patch changed, discarding anything in it.
+    """
+    ensure_patched()
+    base = git(patched_dir(), "rev-parse", BRANCH).stdout.strip()
+    files = testing_files()
+    if not files:
+        raise LabError(f"no patches in {paths.PATCHES / 'testing'}: the broken "
+                       f"kernel would be the patched one")
+    h = hashlib.sha256(base.encode())
+    for path in files:
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    want = h.hexdigest()[:16]
+    tree = broken_dir()
+    stamp = vanilla_dir() / ".git" / "unflush-broken"
+    if (tree / ".git").exists() and stamp.exists() and stamp.read_text().strip() == want:
+        return tree
+    if not (tree / ".git").exists():
+        if tree.exists():
+            shutil.rmtree(tree)
+        git(vanilla_dir(), "worktree", "prune")
+        git(vanilla_dir(), "worktree", "add", "-q", "-f", "-B", BROKEN_BRANCH,
+            str(tree), base)
+    else:
+        git(tree, "am", "--abort", check=False)
+        git(tree, "reset", "-q", "--hard", base)
+    for patch in files:
+        reason = _git_am(tree, patch)
+        if reason:
+            stamp.unlink(missing_ok=True)
+            raise LabError(f"testing patch {patch.name} does not apply on the "
+                           f"series: {reason} (rebase it on build/patched)")
+    stamp.write_text(want + "\n")
+    say(f"lab: broken tree ready: {len(files)} testing patch(es) on {base[:12]}")
+    return tree

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -216,6 +217,38 @@ static void wait_bytes(int fd, int n, const char *what)
 			die(1, "a reader process failed before it was %s", what);
 }
 
+#define SAMPLE_MS	500
+
+/*
+ * wait_bytes() for the end of the measured phase, sampling the shootdown
+ * count every SAMPLE_MS meanwhile: the report plots shootdowns over time.
+ * @series gets a JSON array of [seconds, TLB shootdowns so far] pairs.
+ */
+static void wait_done_sampling(int fd, int n, double t0, struct jbuf *series)
+{
+	long long base = irq_total("TLB");
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	char c;
+
+	jb_printf(series, "[[0,0]");
+	while (n > 0) {
+		int ready = poll(&pfd, 1, SAMPLE_MS);
+
+		if (ready < 0 && errno != EINTR)
+			die(1, "poll: %s", strerror(errno));
+		if (ready > 0) {
+			if (read(fd, &c, 1) != 1)
+				die(1, "a reader process failed before it was done");
+			n--;
+			continue;
+		}
+		if (base >= 0)
+			jb_printf(series, ",[%.3f,%lld]", now_s() - t0,
+				  irq_total("TLB") - base);
+	}
+	jb_printf(series, "]");
+}
+
 /* Drop the files' clean page cache; returns the pages still resident. */
 static long long evict(char **files, int nfiles)
 {
@@ -277,6 +310,7 @@ int main(int argc, char **argv)
 		{ 0 }
 	};
 	struct fields checks = { 0 }, extra = { 0 };
+	struct jbuf series = { 0 };
 	int cpus[MAX_CPUS], ncpus, opt, nfiles = 0;
 	long procs = 0, threads = 0, passes = 0;
 	size_t limit = 200 * MiB, total = 0;
@@ -363,7 +397,8 @@ int main(int argc, char **argv)
 		wait_bytes(ready[0], procs, "ready");
 		phase_begin(&p);
 		close(go[1]);	/* EOF: go */
-		wait_bytes(ready[0], procs, "done");
+		series.len = 0;
+		wait_done_sampling(ready[0], procs, p.t0, &series);
 		phase_end(&p);
 		close(ready[0]);
 		reap_children(quit[1]);
@@ -388,6 +423,7 @@ int main(int argc, char **argv)
 		field_int(&extra, "memcg_limit_bytes", limit);
 		field_int(&extra, "pages_touched", pages);
 		field_real(&extra, "pages_per_s", pages / phase_elapsed(&p));
+		field_raw(&extra, "tlb_irq_series", series.s);
 		report_result("ro-reclaim-tiering",
 			      threads > 1 ? "threads" : "single", rep, &p,
 			      &extra, &checks);

@@ -31,6 +31,10 @@ repetitions, with [min-max]."""
 
 
 def metric_value(rep, name):
+    """One number of a repetition; a name ending in / sums that family."""
+    if name.endswith("/"):
+        family = [v for k, v in rep.get("counters", {}).items() if k.startswith(name)]
+        return sum(family) if family else None
     if name == "elapsed_s":
         return rep.get("elapsed_s")
     if name == "tlb_shootdown_irqs":
@@ -155,13 +159,13 @@ def make_plots(out, doc):
         configs = config_order({c: 1 for k in sizes for c in exps[k]})
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         for config in configs:
-            for ax, name in zip(axes, ("elapsed_s", "nr_tlb_local_flush_one")):
+            for ax, name in zip(axes, ("elapsed_s", "tlb_flush/")):
                 ys = [summary([metric_value(r, name) for r in exps[k].get(config, [])])
                       for k in sizes]
                 ax.plot([k.split("/")[1] for k in sizes],
                         [y[0] if y else float("nan") for y in ys], marker="o", label=config)
         axes[0].set_title("munmap() time (guest s, median)")
-        axes[1].set_title("single-page TLB flushes during munmap()")
+        axes[1].set_title("TLB flushes during munmap() (tlb:tlb_flush, all reasons)")
         for ax in axes:
             ax.set_xlabel("folio size")
             ax.legend()
@@ -169,4 +173,20 @@ def make_plots(out, doc):
         fig.savefig(out / "munmap-folio-size.png", dpi=90)
         plt.close(fig)
         plots["munmap-folio-size"] = [("munmap by folio size", "munmap-folio-size.png")]
+    tiering = exps.get("ro-reclaim-tiering", {})
+    if any(r.get("tlb_irq_series") for reps in tiering.values() for r in reps):
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for i, config in enumerate(config_order(tiering)):
+            for j, rep in enumerate(tiering[config]):
+                series = rep.get("tlb_irq_series") or []
+                ax.plot([t for t, _ in series], [v for _, v in series], color=f"C{i}",
+                        alpha=1.0 if j == 0 else 0.4, label=config if j == 0 else None)
+        ax.set_title("ro-reclaim-tiering: TLB shootdowns during the run")
+        ax.set_xlabel("guest seconds")
+        ax.set_ylabel("shootdown interrupts (cumulative)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "ro-reclaim-tiering.png", dpi=90)
+        plt.close(fig)
+        plots["ro-reclaim-tiering"] = [("shootdowns over time", "ro-reclaim-tiering.png")]
     return plots

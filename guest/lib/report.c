@@ -105,6 +105,12 @@ void field_str(struct fields *f, const char *key, const char *value)
 	jb_string(&f->b, value);
 }
 
+void field_raw(struct fields *f, const char *key, const char *json)
+{
+	field_key(f, key);
+	jb_printf(&f->b, "%s", json);
+}
+
 void fields_clear(struct fields *f)
 {
 	f->b.len = 0;

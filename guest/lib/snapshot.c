@@ -126,6 +126,25 @@ static void read_interrupts(struct snapshot *s)
 			s->missing |= 1u << irq_rows[r].src;
 }
 
+/*
+ * One row of /proc/interrupts summed over the CPUs, or -1 if the kernel has
+ * no such row: cheap enough to sample while a phase runs.
+ */
+long long irq_total(const char *row)
+{
+	struct snapshot s = { 0 };
+	char name[96];
+	long long v = -1;
+
+	read_interrupts(&s);
+	snprintf(name, sizeof(name), "irq/%s", row);
+	for (int i = 0; i < s.n; i++)
+		if (!strcmp(s.v[i].name, name))
+			v = s.v[i].value;
+	free(s.v);
+	return v;
+}
+
 static void read_mthp(struct snapshot *s)
 {
 	DIR *top = opendir(MTHP_DIR), *stats;

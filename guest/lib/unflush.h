@@ -158,6 +158,9 @@ long long phase_delta_prefix(const struct phase *p, const char *prefix);
 /* True if @name is in both snapshots. */
 bool phase_has(const struct phase *p, const char *name);
 
+/* A /proc/interrupts row summed over CPUs (-1 if absent), for sampling. */
+long long irq_total(const char *row);
+
 /* tlb:tlb_flush by reason, as tlb_flush/<reason>; false if unavailable. */
 bool tlb_flush_counts(struct snapshot *s);
 
@@ -180,6 +183,8 @@ struct fields {
 void field_int(struct fields *f, const char *key, long long value);
 void field_real(struct fields *f, const char *key, double value);
 void field_str(struct fields *f, const char *key, const char *value);
+/* @json is written as it is: an array or object built by the caller. */
+void field_raw(struct fields *f, const char *key, const char *json);
 void fields_clear(struct fields *f);
 
 /* One UNFLUSH-RESULT line on stdout; @extra and @checks may be NULL. */

@@ -6,13 +6,14 @@
   build [VARIANT...]    build kernels (vanilla, patched, debug)
   run [options] -- CMD  boot a kernel and run CMD in it
   bench [options]       run the benchmark suite and write a report
+  safety [options]      the safety suite: mm selftests, stress-ng --verify, splats
 """
 
 import argparse
 import json
 import sys
 
-from lab import build, deps, tree, vm
+from lab import build, datadisk, deps, tree, vm
 from lab.errors import LabError
 
 
@@ -28,12 +29,18 @@ def add_shape_options(p):
     p.add_argument("--icount", action="store_true",
                    help="-icount shift=0: guest time counts instructions (one host thread)")
     p.add_argument("--timeout", type=float, default=600, help="seconds (default 600)")
+    p.add_argument("--data-disk", nargs="?", const="quick", metavar="quick|full|IMAGE",
+                   help="attach an ext2 image read-only at /data (default: the lab's "
+                        "quick data disk of read-only files)")
 
 
 def shape_from(args):
+    disk = args.data_disk
+    if disk in ("quick", "full"):
+        disk = datadisk.ensure(quick=disk == "quick")
     return vm.VMShape(cpus=args.cpus, mem=args.mem, node1=args.node1, zram=args.zram,
                       append=args.append, accel=args.accel, icount=args.icount,
-                      timeout=args.timeout)
+                      timeout=args.timeout, data_disk=disk)
 
 
 def cmd_run(args):
@@ -88,6 +95,8 @@ def parser():
     r.add_argument("command", nargs=argparse.REMAINDER)
     from lab import bench_args
     bench_args.add(sub.add_parser("bench", help="run the benchmark suite"))
+    from lab import safety
+    safety.add_arguments(sub.add_parser("safety", help="run the safety suite"))
     return p
 
 
@@ -113,6 +122,9 @@ def main(argv=None):
             return cmd_run(args)
         if args.cmd == "bench":
             return cmd_bench(args)
+        if args.cmd == "safety":
+            from lab import safety
+            return safety.main(args)
         p.print_help()
         return 2
     except LabError as e:

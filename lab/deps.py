@@ -24,6 +24,8 @@ APT_PACKAGES = [
     "qemu-system-x86", "busybox-static", "e2fsprogs",
     # safety suite: stress with verification, the kernel's mm selftests
     "stress-ng", "libnuma-dev", "libcap-dev", "liburing-dev",
+    # real ps/pgrep/killall for the selftests' shell scripts (busybox's hang them)
+    "procps", "psmisc",
 ]
 # module -> (PyPI name, Debian package for Debian's own python3)
 PY_PACKAGES = {"pytest": ("pytest", "python3-pytest"),

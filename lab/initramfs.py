@@ -12,6 +12,7 @@ import hashlib
 import io
 import shutil
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 from lab import paths
@@ -91,5 +92,22 @@ def run_image(command, dest):
     with open(dest, "wb") as out:
         with open(base_image(), "rb") as base:
             shutil.copyfileobj(base, out)
+        for layer in _layers:
+            with open(layer, "rb") as extra:
+                shutil.copyfileobj(extra, out)
         out.write(cpio([("run.sh", script.encode(), 0o755)]))
     return dest
+
+
+_layers = []
+
+
+@contextmanager
+def layers(*archives):
+    """Runs started inside this block also unpack `archives` (gzipped cpio,
+    made with cpio()), after the base archive and before /run.sh."""
+    _layers.extend(archives)
+    try:
+        yield
+    finally:
+        del _layers[len(_layers) - len(archives):]

@@ -1,0 +1,511 @@
+"""The safety suite: `python3 -m lab safety [--soak] [--kernels ...]`.
+
+A kernel that defers TLB flushes must lose nothing and leak nothing.  For
+each kernel the suite boots two guests:
+
+  selftests  the kernel's own mm selftests (tools/testing/selftests/mm of
+             build/patched, built on the host) through their runner,
+             run_vmtests.sh, one category at a time, with hugetlb pages,
+             zram swap and a second NUMA node so that the tests of reclaim,
+             migration, THP, hugetlb, COW, userfaultfd and KSM run instead of
+             skipping;
+  stress     Debian's stress-ng memory stressors with --verify, in phases
+             that push pages through swap (a memory cgroup), demotion to the
+             slower node and NUMA balancing, with THP and mTHP on.
+
+It then compares every kernel with vanilla, prints one table per kernel and
+writes results/tests/<time>/summary.json (results/tests/latest points at the
+newest).  The run fails if a test that passes on vanilla fails on another
+kernel, if stress-ng reports any verification error, if any kernel prints a
+splat, or if a guest dies.  docs/safety.md says what is run and why.
+"""
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+
+from lab import build, initramfs, paths, safety_build, vm
+from lab import safety_parse as parse
+from lab.errors import LabError
+from lab.progress import say
+
+KERNELS = ("vanilla", "patched", "debug")
+# KASAN, lockdep and DEBUG_VM make the debug kernel this much slower (TCG)
+SLOWDOWN = {"vanilla": 1, "patched": 1, "debug": 4}
+STALE_TLB_NOTE = ("no stale-translation test exists yet: they come with the LUF "
+                  "work (tracker); nothing was run, nothing is claimed")
+
+
+# --- what is run ----------------------------------------------------------------
+
+@dataclass
+class Category:
+    """A run_vmtests.sh category and how long the guest lets it run."""
+    name: str
+    watchdog: int            # seconds on vanilla under TCG, before SLOWDOWN
+    covers: str = ""
+
+
+# Watchdogs: several times what the category took on vanilla under TCG with
+# 2 vCPUs on a loaded 2-core host (docs/safety.md has the measurements).
+CATEGORIES = [
+    Category("mmap", 60, "mmap(MAP_FIXED_NOREPLACE), MAP_POPULATE"),
+    Category("gup_test", 120, "get/pin_user_pages, long-term pins vs COW"),
+    Category("compaction", 180, "compaction: migrating unevictable pages"),
+    Category("mlock", 60, "mlock, mlock2, MLOCK_ONFAULT"),
+    Category("process_mrelease", 60, "reaping a dying process's memory"),
+    Category("mremap", 120, "mremap moves of PTEs/PMDs, MREMAP_DONTUNMAP"),
+    Category("madv_populate", 60, "MADV_POPULATE_READ/WRITE"),
+    Category("memfd_secret", 60, "secretmem: pages out of the direct map"),
+    Category("ksm", 300, "KSM merging, unmerging, zero pages"),
+    Category("ksm_numa", 120, "KSM across two NUMA nodes"),
+    Category("soft_dirty", 60, "soft-dirty write protection (clear_refs)"),
+    Category("pagemap", 120, "PAGEMAP_SCAN and async uffd-wp"),
+    Category("cow", 300, "COW of base pages, THP, mTHP, hugetlb, with swap and pins"),
+    Category("thp", 400, "khugepaged collapse, THP split, transhuge-stress"),
+    Category("migration", 120, "move_pages(), migration entries under racing access"),
+    Category("mkdirty", 60, "PTE/PMD dirtying in read-only VMAs"),
+    # slow under TCG: soak only
+    Category("hugetlb", 1200, "hugetlb fault/madvise/mremap/shm/vmemmap, reservations"),
+    Category("userfaultfd", 2400, "uffd missing/wp/minor faults, uffd-stress"),
+    # not memory-management paths the series touches: soak only
+    Category("hugevm", 120, "very large virtual address spaces"),
+    Category("pkey", 120, "memory protection keys"),
+    Category("mdwe", 60, "prctl(PR_SET_MDWE)"),
+    Category("vmalloc", 60, "vmalloc smoke test (needs CONFIG_TEST_VMALLOC=m)"),
+    Category("hmm", 60, "HMM smoke test (needs CONFIG_TEST_HMM=m)"),
+]
+# Quick: what fits ~7 min per kernel with the stress phases.  `ksm` (about a
+# minute: ksm_tests -H and ksm_functional_tests) waits for the soak; ksm_numa's
+# two merge tests stay.
+QUICK_CATEGORIES = ["mmap", "gup_test", "compaction", "mlock", "process_mrelease",
+                    "mremap", "madv_populate", "memfd_secret", "ksm_numa",
+                    "soft_dirty", "pagemap", "cow", "thp", "migration", "mkdirty"]
+SOAK_CATEGORIES = [c.name for c in CATEGORIES]
+
+
+@dataclass
+class StressPhase:
+    """One stress-ng run: its stressors and the conditions around it."""
+    name: str
+    args: str                # stressors and their options
+    memcg: str | None = None  # memory.max of the cgroup it runs in
+    what: str = ""
+
+
+def stress_phases(soak):
+    """Each phase runs its stressors together for `seconds`."""
+    seconds = 600 if soak else 30
+    vm_methods = ("all", "flip", "walk-1d", "incdec", "move-inv") if soak else ("all",)
+    # one vm bogo op is a pass of a method over the whole region: under TCG
+    # 96 MiB with every method can take longer than the quick phase
+    vm_bytes = "96M" if soak else "64M"
+    phases = []
+    for method in vm_methods:
+        phases.append(StressPhase(
+            f"swap-{method}",
+            f"--vm 2 --vm-bytes {vm_bytes} --vm-method {method} --mmap 1 --mmap-bytes 48M "
+            f"--madvise 1 --rmap 1 --mremap 1 --mremap-bytes 16M --pageswap 1 "
+            f"--bigheap 1 --timeout {seconds if method == 'all' else seconds // 4}",
+            memcg="192M",
+            what="anonymous and shmem pages through a 192 MiB memory cgroup into "
+                 "zram swap: reclaim unmaps, swap-in, mTHP swap-out"))
+    phases.append(StressPhase(
+        "tiering",
+        f"--vm 2 --vm-bytes 320M --vm-method all --numa 1 --mmaphuge 1 --mmaphuge-mmaps 32 "
+        f"--userfaultfd 1 --shm 1 --msync 1 --tlb-shootdown 1 --timeout {seconds}",
+        what="node 0 under pressure: demotion to the CPU-less node 1, promotion "
+             "back (numa_balancing=2), move_pages/mbind migration, TLB shootdowns"))
+    return phases
+
+
+def selftest_shape(soak, variant):
+    return vm.VMShape(cpus=2, mem="2G", node1="1G", zram="1G",
+                      timeout=_budget(selftest_categories(soak), variant) + 120)
+
+
+def stress_shape(soak, variant):
+    total = sum(_phase_seconds(p) for p in stress_phases(soak))
+    return vm.VMShape(cpus=2, mem="1G", node1="512M", zram="1G",
+                      timeout=total * 2 * SLOWDOWN[variant] + 180)
+
+
+def selftest_categories(soak):
+    names = SOAK_CATEGORIES if soak else QUICK_CATEGORIES
+    return [c for c in CATEGORIES if c.name in names]
+
+
+def _budget(categories, variant):
+    return sum(c.watchdog for c in categories) * SLOWDOWN[variant]
+
+
+def _phase_seconds(phase):
+    return int(phase.args.rsplit("--timeout ", 1)[1].split()[0])
+
+
+# --- guest scripts ----------------------------------------------------------------
+
+# Mounts and knobs both guests want.  THP: `madvise` globally for the
+# selftests (what they expect; the ones about THP and mTHP set their own
+# sizes), and on by default for stress.
+GUEST_SETUP = r"""
+mount -t debugfs none /sys/kernel/debug 2>/dev/null
+T=/sys/kernel/mm/transparent_hugepage
+echo "SAFETY-ENV nodes=$(cat /sys/devices/system/node/has_memory) \
+swap=$(awk 'NR>1{print $1}' /proc/swaps | tr '\n' ' ')\
+mthp=$(ls -d $T/hugepages-* 2>/dev/null | wc -l) \
+hugetlb=$(ls /sys/kernel/mm/hugepages | tr '\n' ' ')"
+"""
+
+SELFTEST_SCRIPT = r"""
+export PATH=/safety/bin:$PATH
+cd /safety/mm
+# run_vmtests.sh raises nr_hugepages to 128 (256 MiB) itself, but puts back
+# the value it found after the userfaultfd tests: reserved here, the huge
+# pages are still there for cow, gup_longterm, pagemap_ioctl and migration
+echo 128 >/proc/sys/vm/nr_hugepages
+# the time before each program starts and before its result: per-test times
+cat >/tmp/stamp <<'EOF'
+while IFS= read -r line; do
+	case $line in
+	"# running "*|"ok "*|"not ok "*) echo "SAFETY-T $(date +%s)" ;;
+	esac
+	printf '%s\n' "$line"
+done
+EOF
+# run_vmtests.sh once per category, in its own session, so that a watchdog
+# can kill it and every test it started; what it ran is reported either way
+run_category() {
+	echo "SAFETY-CATEGORY-BEGIN $1 $(date +%s)"
+	setsid sh -c "bash ./run_vmtests.sh -t $1 2>&1 | sh /tmp/stamp" &
+	pid=$!
+	( sleep "$2"; echo "SAFETY-WATCHDOG $1 $2"; kill -KILL -"$pid" ) 2>/dev/null &
+	dog=$!
+	wait "$pid"
+	rc=$?
+	kill "$dog" 2>/dev/null
+	echo "SAFETY-CATEGORY-END $1 $rc $(date +%s)"
+}
+"""
+
+STRESS_SETUP = r"""
+echo always >$T/enabled
+echo always >$T/shmem_enabled
+for size in 16 64 2048; do echo always >$T/hugepages-${size}kB/enabled; done
+echo 1 >/sys/kernel/mm/numa/demotion_enabled
+echo 2 >/proc/sys/kernel/numa_balancing
+echo 100 >/proc/sys/vm/swappiness
+echo +memory >/sys/fs/cgroup/cgroup.subtree_control
+mkdir -p /dev/shm && mount -t tmpfs shm /dev/shm
+export PATH=/safety/bin:$PATH
+mkdir -p /tmp/stress && cd /tmp/stress
+run_phase() {   # name memory.max|- stress-ng arguments...
+	name=$1 limit=$2
+	shift 2
+	join=true
+	if [ "$limit" != - ]; then
+		mkdir -p /sys/fs/cgroup/$name
+		echo "$limit" >/sys/fs/cgroup/$name/memory.max
+		join="echo \$\$ >/sys/fs/cgroup/$name/cgroup.procs"
+	fi
+	sed "s/^/SAFETY-VMSTAT $name before /" /proc/vmstat
+	echo "SAFETY-STRESS-BEGIN $name $(date +%s)"
+	sh -c "$join && exec stress-ng --verify --metrics-brief --yaml /tmp/$name.yaml $*"
+	rc=$?
+	echo "SAFETY-STRESS-END $name $rc $(date +%s)"
+	sed "s/^/SAFETY-VMSTAT $name after /" /proc/vmstat
+	echo "SAFETY-YAML-BEGIN $name"
+	cat /tmp/$name.yaml 2>/dev/null
+	echo "SAFETY-YAML-END $name"
+}
+"""
+
+
+def selftest_script(categories, variant):
+    lines = [GUEST_SETUP, SELFTEST_SCRIPT]
+    lines += [f"run_category {c.name} {c.watchdog * SLOWDOWN[variant]}"
+              for c in categories]
+    return "\n".join(lines) + "\n"
+
+
+def stress_script(phases):
+    lines = [GUEST_SETUP, STRESS_SETUP]
+    lines += [f"run_phase {p.name} {p.memcg or '-'} {p.args}" for p in phases]
+    return "\n".join(lines) + "\n"
+
+
+# --- running one kernel -------------------------------------------------------------
+
+@dataclass
+class KernelRun:
+    variant: str
+    release: str = ""
+    tests: list = field(default_factory=list)
+    phases: list = field(default_factory=list)
+    splats: list = field(default_factory=list)
+    errors: list = field(default_factory=list)   # guests that died or hung
+    env: list = field(default_factory=list)
+    seconds: dict = field(default_factory=dict)
+    rerun: list | None = None   # a second run of the categories that regressed
+
+
+def run_guest(kernel, what, script, shape, outdir, kr):
+    """Boot once; keep the output even if the guest dies, splats included."""
+    logdir = vm.new_logdir(kernel)
+    start = time.monotonic()
+    output = ""
+    try:
+        result = vm.run(kernel, script, shape, logdir=logdir, allow_splats=True)
+        output = result.output
+        kr.splats += [f"{what}: {s}" for s in result.splats]
+    except LabError as e:
+        kr.errors.append(f"{what}: {e}")
+        output = _read(logdir / "output.log")
+        kr.splats += [f"{what}: {s}" for s in vm.find_splats(_read(logdir / "console.log"))]
+    kr.seconds[what] = round(time.monotonic() - start, 1)
+    kr.env += [ln for ln in output.splitlines() if ln.startswith("SAFETY-ENV")]
+    (outdir / f"{kernel.variant}-{what}.log").write_text(output)
+    if (logdir / "console.log").exists():
+        shutil.copy(logdir / "console.log", outdir / f"{kernel.variant}-{what}.console.log")
+    return output
+
+
+def _read(path):
+    try:
+        return path.read_text(errors="replace").replace("\r\n", "\n")
+    except FileNotFoundError:
+        return ""
+
+
+def run_kernel(variant, soak, layer, outdir, parts=("selftests", "stress")):
+    kernel = build.built(variant)
+    kr = KernelRun(variant, kernel.release)
+    with initramfs.layers(layer):
+        if "selftests" in parts:
+            cats = selftest_categories(soak)
+            out = run_guest(kernel, "selftests", selftest_script(cats, variant),
+                            selftest_shape(soak, variant), outdir, kr)
+            kr.tests = parse.parse_vmtests(out)
+        if "stress" in parts:
+            out = run_guest(kernel, "stress", stress_script(stress_phases(soak)),
+                            stress_shape(soak, variant), outdir, kr)
+            kr.phases = parse.parse_stress(out)
+    return kr
+
+
+def confirm_regressions(kr, baseline, soak, layer, outdir):
+    """Run the categories in which `kr` lost a test vanilla passed once more
+    on `kr`.  A result that passes the second time is reported as such (not
+    hidden: an intermittent failure can be an intermittent stale entry) but
+    does not fail the run; one that fails twice does."""
+    names = parse.regressed_categories(baseline.tests, kr.tests)
+    if not names:
+        return
+    say(f"safety: {kr.variant} lost tests in {', '.join(names)}: running them again")
+    kernel = build.built(kr.variant)
+    cats = [c for c in CATEGORIES if c.name in names]
+    with initramfs.layers(layer):
+        out = run_guest(kernel, "rerun", selftest_script(cats, kr.variant),
+                        selftest_shape(soak, kr.variant), outdir, kr)
+    kr.rerun = parse.parse_vmtests(out)
+
+
+# --- judging and reporting --------------------------------------------------------
+
+# What the stress phases made the kernel do.  Memory-cgroup reclaim counts
+# only in pgsteal_anon/file; pgsteal_kswapd/direct are global reclaim.
+UNMAP_COUNTERS = ("pswpout", "pswpin", "pgsteal_anon", "pgsteal_file", "pgsteal_kswapd",
+                  "pgsteal_direct", "pgdemote_kswapd", "pgdemote_direct",
+                  "pgpromote_success", "pgmigrate_success", "thp_swpout",
+                  "thp_split_page", "nr_tlb_remote_flush", "nr_tlb_remote_flush_received")
+
+
+def summarize(kr, baseline=None):
+    """One kernel's entry of summary.json."""
+    flat = parse.flatten(kr.tests)
+    subs = [s for t in kr.tests for s in t.subtests]
+    vmstat = {}
+    for phase in kr.phases:
+        for k, v in phase.vmstat.items():
+            vmstat[k] = vmstat.get(k, 0) + v
+    entry = {
+        "release": kr.release,
+        "selftests": {
+            "passed": [t.name for t in kr.tests if t.status == "pass"],
+            "failed": [t.name for t in kr.tests if t.status == "fail"],
+            "skipped": [{"name": t.name, "reason": t.reason}
+                        for t in kr.tests if t.status == "skip"],
+            "failure_reasons": {t.name: t.reason for t in kr.tests if t.status == "fail"},
+            "categories": sorted({t.category for t in kr.tests if t.category}),
+            "subtests": {
+                "passed": sum(s.status == "pass" for s in subs),
+                "failed": [s.name for s in subs if s.status == "fail"],
+                "skipped": [{"name": s.name, "reason": s.reason}
+                            for s in subs if s.status == "skip"],
+            },
+        },
+        "stress": {
+            "ops": sum(sum(p.ops.values()) for p in kr.phases),
+            "errors": sum(p.verification_errors for p in kr.phases),
+            "phases": {p.name: {"exit": p.exit,
+                                "exit_meaning": parse.STRESS_EXIT.get(
+                                    p.exit, "did not finish"),
+                                "seconds": p.seconds, "ops": p.ops,
+                                "failures": p.failures, "errors": p.errors,
+                                "skipped": p.skipped,
+                                "vmstat": {k: p.vmstat.get(k, 0) for k in UNMAP_COUNTERS}}
+                       for p in kr.phases},
+            "vmstat": {k: vmstat.get(k, 0) for k in UNMAP_COUNTERS},
+        },
+        "stale_tlb": {"trials": 0, "violations": 0, "note": STALE_TLB_NOTE},
+        "splats": kr.splats,
+        "guest_errors": kr.errors,
+        "environment": kr.env,
+        "seconds": kr.seconds,
+    }
+    problems = []
+    if baseline is not None and baseline is not kr:
+        base = parse.flatten(baseline.tests)
+        failed, skipped = parse.regressions(baseline.tests, kr.tests)
+        flaky = []
+        if kr.rerun is not None:
+            failed, flaky = parse.confirm(failed, kr.rerun)
+
+        def named(keys):
+            return [flat[k].name if k in flat else base[k].name for k in keys]
+        entry["regressions"] = {"baseline": baseline.variant, "failed": named(failed),
+                                "skipped": named(skipped),
+                                "failed_then_passed_on_rerun": named(flaky)}
+        problems += [f"passes on {baseline.variant}, fails here: {n}"
+                     + (f" ({flat[k].reason})" if k in flat and flat[k].reason else
+                        " (missing from the output)" if k not in flat else "")
+                     for k, n in zip(failed, named(failed))]
+    if entry["stress"]["errors"]:
+        for p in kr.phases:
+            problems += [f"stress {p.name}: {f}" for f in p.failures]
+            if p.verification_errors and not p.failures:
+                problems.append(f"stress {p.name}: stress-ng "
+                                f"{parse.STRESS_EXIT.get(p.exit, 'did not finish')}")
+    problems += [f"splat: {s}" for s in kr.splats]
+    problems += [f"guest: {e}" for e in kr.errors]
+    if kr.tests == [] and not kr.errors and "selftests" in kr.seconds:
+        problems.append("the selftests reported no result at all")
+    entry["ok"] = not problems
+    entry["problems"] = problems
+    return entry
+
+
+def table(variant, entry):
+    """The human summary of one kernel."""
+    st, sr = entry["selftests"], entry["stress"]
+    subs = st["subtests"]
+    ran = len(st["passed"]) + len(st["failed"]) + len(st["skipped"])
+    lines = [f"== {variant} ({entry['release']}): {'OK' if entry['ok'] else 'FAILED'}",
+             f"  selftests  {ran} run:"
+             f" {len(st['passed'])} passed, {len(st['failed'])} failed,"
+             f" {len(st['skipped'])} skipped"
+             f"   (subtests: {subs['passed']} passed, {len(subs['failed'])} failed,"
+             f" {len(subs['skipped'])} skipped)"]
+    for name in st["failed"]:
+        lines.append(f"    FAIL {name}: {st['failure_reasons'].get(name, '')}")
+    for s in st["skipped"]:
+        lines.append(f"    skip {s['name']}: {s['reason']}")
+    reg = entry.get("regressions", {})
+    for name in reg.get("failed_then_passed_on_rerun", []):
+        lines.append(f"    FLAKY {name}: passes on {reg['baseline']}, failed here once, "
+                     f"passed when run again")
+    for name in reg.get("skipped", []):
+        lines.append(f"    note {name}: passes on {reg['baseline']}, skipped here")
+    lines.append(f"  stress     {sr['ops']} bogo ops, {sr['errors']} verification errors")
+    for name, p in sr["phases"].items():
+        ops = ", ".join(f"{k} {v}" for k, v in sorted(p["ops"].items()))
+        lines.append(f"    {name}: exit {p['exit']} ({p['exit_meaning']}), "
+                     f"{p['seconds']} s: {ops}")
+        lines += [f"      skipped {s}" for s in p["skipped"]]
+    vm_ = sr["vmstat"]
+    lines.append("    vmstat: " + ", ".join(f"{k} {vm_[k]}" for k in UNMAP_COUNTERS))
+    lines.append(f"  stale_tlb  {entry['stale_tlb']['trials']} trials: "
+                 f"{entry['stale_tlb']['note']}")
+    lines.append(f"  splats     {len(entry['splats'])}")
+    lines += [f"    {s}" for s in entry["splats"][:10]]
+    for p in entry["problems"]:
+        lines.append(f"  PROBLEM {p}")
+    return "\n".join(lines)
+
+
+def write_results(summary, text, outdir):
+    (outdir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (outdir / "summary.txt").write_text(text + "\n")
+    latest = outdir.parent / "latest"
+    tmp = outdir.parent / f".latest-{os.getpid()}"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    tmp.symlink_to(outdir.name)
+    os.replace(tmp, latest)
+
+
+def new_outdir():
+    base = paths.results_dir() / "tests"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    outdir, n = base / stamp, 1
+    while outdir.exists():
+        n += 1
+        outdir = base / f"{stamp}-{n}"
+    outdir.mkdir(parents=True)
+    return outdir
+
+
+def run(kernels=("vanilla", "patched"), soak=False, parts=("selftests", "stress")):
+    """Run the suite; returns (summary dict, text, results directory)."""
+    for variant in kernels:
+        if variant not in KERNELS:
+            raise LabError(f"unknown kernel {variant!r}: choose from "
+                           f"{', '.join(KERNELS)}", exit_code=2)
+        build.built(variant)            # fails now, not after an hour
+    mm, build_failures = safety_build.build_selftests()
+    layer = safety_build.layer(mm)
+    outdir = new_outdir()
+    say(f"safety: {'soak' if soak else 'quick'} run of {', '.join(kernels)}; "
+        f"logs in {outdir}")
+    runs = {}
+    for variant in kernels:
+        runs[variant] = run_kernel(variant, soak, layer, outdir, parts)
+    baseline = runs.get("vanilla")
+    for kr in runs.values():
+        if baseline is not None and kr is not baseline:
+            confirm_regressions(kr, baseline, soak, layer, outdir)
+    summary = {}
+    for variant, kr in runs.items():
+        entry = summarize(kr, baseline)
+        entry["mode"] = "soak" if soak else "quick"
+        entry["selftests"]["build_failures"] = build_failures
+        summary[variant] = entry
+    text = "\n".join(table(v, e) for v, e in summary.items())
+    write_results(summary, text, outdir)
+    return summary, text, outdir
+
+
+# --- command line -------------------------------------------------------------------
+
+def add_arguments(p):
+    p.add_argument("--soak", action="store_true",
+                   help="every selftest category and long stress phases (hours "
+                        "under TCG) instead of the quick subset")
+    p.add_argument("-k", "--kernels", default="vanilla,patched",
+                   help="comma-separated: vanilla, patched, debug (default "
+                        "vanilla,patched; vanilla is the baseline)")
+    p.add_argument("--only", choices=["selftests", "stress"],
+                   help="run one half of the suite")
+
+
+def main(args):
+    kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
+    parts = (args.only,) if args.only else ("selftests", "stress")
+    summary, text, outdir = run(kernels, args.soak, parts)
+    print(text)
+    bad = [k for k, e in summary.items() if not e["ok"]]
+    say(f"safety: {'FAILED on ' + ', '.join(bad) if bad else 'passed'}; "
+        f"{outdir / 'summary.json'}")
+    return 1 if bad else 0

@@ -1,0 +1,394 @@
+"""The safety suite: its parsers and verdicts on canned output (fast), then
+the quick suite itself on the built kernels (marked vm, minutes).
+
+The canned outputs are cut from real guest runs of vanilla 6.12.117.
+"""
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from lab import build, safety, safety_build
+from lab import safety_parse as parse
+
+# run_vmtests.sh -t mmap, as the guest prints it between the suite's markers
+MMAP = """\
+SAFETY-CATEGORY-BEGIN mmap 1795326017
+# -----------------------
+# running ./map_fixed_noreplace
+# -----------------------
+# TAP version 13
+# 1..9
+# # mmap() @ 0x7ff83e95a000-0x7ff83e95f000 p=0x7ff83e95a000 result=Success
+# ok 1 mmap() 5*PAGE_SIZE at base
+# ok 2 mmap() 3*PAGE_SIZE at base+PAGE_SIZE
+# ok 9 Base Address unmap() successful
+# # Totals: pass:9 fail:0 xfail:0 xpass:0 skip:0 error:0
+# [PASS]
+ok 1 map_fixed_noreplace
+# SKIP ./on-fault-limit
+# -----------------
+# running ./map_populate
+# -----------------
+# TAP version 13
+# 1..2
+# Bail out! [FAIL]	main:102	socketpair():Function not implemented
+# # Planned tests != run tests (2 != 0)
+# # Totals: pass:0 fail:0 xfail:0 xpass:0 skip:0 error:0
+# [FAIL]
+not ok 2 map_populate # exit=1
+# SUMMARY: PASS=1 SKIP=0 FAIL=1
+1..2
+SAFETY-CATEGORY-END mmap 1 1795326019
+"""
+
+# cow.c prints the same result text for every variant: the [RUN] line names it
+COW = """\
+SAFETY-CATEGORY-BEGIN cow 1795326400
+# running ./cow
+# TAP version 13
+# # [INFO] detected PMD size: 2048 KiB
+# 1..4
+# # [RUN] Basic COW after fork() ... with base page
+# ok 1 No leak from parent into child
+# # [RUN] Basic COW after fork() ... with swapped out base page
+# ok 2 # SKIP MADV_PAGEOUT did not work, is swap enabled?
+# # [RUN] Basic COW after fork() ... with THP
+# ok 3 No leak from parent into child
+# # [RUN] Basic COW after fork() ... with swapped-out THP
+# not ok 4 No leak from parent into child
+# Bail out! 1 out of 4 tests failed
+# # Totals: pass:2 fail:1 xfail:0 xpass:0 skip:1 error:0
+# [FAIL]
+not ok 1 cow # exit=1
+SAFETY-CATEGORY-END cow 1 1795326500
+"""
+
+# kselftest_harness (migration.c) and a program that skips as a whole
+MIGRATION = """\
+SAFETY-CATEGORY-BEGIN migration 1795326600
+# running ./migration
+# TAP version 13
+# 1..2
+# # Starting 2 tests from 1 test cases.
+# #  RUN           migration.private_anon ...
+# #            OK  migration.private_anon
+# ok 1 migration.private_anon
+# #  RUN           migration.shared_anon ...
+# #      SKIP      Not enough threads or NUMA nodes available
+# ok 2 migration.shared_anon # SKIP Not enough threads or NUMA nodes available
+# # PASSED: 2 / 2 tests passed.
+# [PASS]
+ok 1 migration
+# running ./ksm_tests -N -m 1
+# 1..0 # SKIP At least 2 NUMA nodes must be available
+# [SKIP]
+ok 2 ksm_tests -N -m 1 # SKIP
+SAFETY-CATEGORY-END migration 4 1795326700
+"""
+
+# the suite's watchdog killed a hung category in the middle of a program
+HUNG = """\
+SAFETY-CATEGORY-BEGIN userfaultfd 1795327000
+# running ./uffd-unit-tests
+# TAP version 13
+# ok 1 register-ioctls
+SAFETY-WATCHDOG userfaultfd 600
+SAFETY-CATEGORY-END userfaultfd 137 1795327600
+"""
+
+STRESS = """\
+SAFETY-VMSTAT swap before pswpout 100
+SAFETY-VMSTAT swap before pgsteal_direct 5
+SAFETY-STRESS-BEGIN swap 1795328000
+stress-ng: info:  [200] dispatching hogs: 2 vm, 1 mmap
+stress-ng: fail:  [203] vm: detected 3 bit errors while stressing memory
+stress-ng: info:  [200] unsuccessful run completed in 40.02s
+SAFETY-STRESS-END swap 2 1795328041
+SAFETY-VMSTAT swap after pswpout 90100
+SAFETY-VMSTAT swap after pgsteal_direct 70005
+SAFETY-YAML-BEGIN swap
+---
+system-info:
+      stress-ng-version: 0.15.06
+      cpus: 2
+
+metrics:
+    - stressor: vm
+      bogo-ops: 76636
+      bogo-ops-per-second-real-time: 25435.058052
+
+    - stressor: mmap
+      bogo-ops: 15
+      wall-clock-time: 3.009197
+
+...
+SAFETY-YAML-END swap
+SAFETY-STRESS-BEGIN tiering 1795328041
+stress-ng: info:  [125] numa: no NUMA nodes found, skipping test
+SAFETY-STRESS-END tiering 0 1795328081
+SAFETY-YAML-BEGIN tiering
+metrics:
+    - stressor: numa
+      bogo-ops: 12
+SAFETY-YAML-END tiering
+"""
+
+
+def by_name(tests):
+    return {t.name: t for t in tests}
+
+
+# --- parsers -------------------------------------------------------------------
+
+def test_runner_results_with_reasons():
+    tests = by_name(parse.parse_vmtests(MMAP))
+    assert tests["map_fixed_noreplace"].status == "pass"
+    assert len(tests["map_fixed_noreplace"].subtests) == 3
+    fail = tests["map_populate"]
+    assert fail.status == "fail" and fail.category == "mmap"
+    assert "exit 1" in fail.reason and "socketpair" in fail.reason
+    # printed by the runner in every category; it belongs to mlock only
+    assert "on-fault-limit" not in tests
+
+
+def test_bare_skip_of_the_runner_is_kept_in_its_category():
+    out = MMAP.replace("BEGIN mmap", "BEGIN mlock")
+    tests = by_name(parse.parse_vmtests(out))
+    assert tests["on-fault-limit"].status == "skip"
+    assert "sudo" in tests["on-fault-limit"].reason
+
+
+def test_subtests_are_named_by_their_run_line():
+    (cow,) = parse.parse_vmtests(COW)
+    assert cow.status == "fail"
+    names = [s.name for s in cow.subtests]
+    assert names[0] == ("cow: Basic COW after fork() ... with base page: "
+                        "No leak from parent into child")
+    assert len(set(names)) == 4
+    skipped = cow.subtests[1]
+    assert (skipped.status, skipped.reason) == (
+        "skip", "MADV_PAGEOUT did not work, is swap enabled?")
+    assert cow.subtests[3].status == "fail"
+    assert "with swapped-out THP" in cow.reason
+
+
+def test_harness_output_and_whole_program_skip():
+    tests = by_name(parse.parse_vmtests(MIGRATION))
+    mig = tests["migration"]
+    assert [s.status for s in mig.subtests] == ["pass", "skip"]
+    assert mig.subtests[0].name == "migration: migration.private_anon"
+    assert mig.subtests[1].reason == "Not enough threads or NUMA nodes available"
+    ksm = tests["ksm_tests -N -m 1"]
+    assert (ksm.status, ksm.reason) == ("skip", "At least 2 NUMA nodes must be available")
+
+
+def test_a_test_cut_short_by_the_watchdog_fails():
+    (t,) = parse.parse_vmtests(HUNG)
+    assert t.name == "uffd-unit-tests" and t.status == "fail"
+    assert "watchdog after 600 s" in t.reason
+
+
+def test_stress_metrics_failures_and_vmstat():
+    swap, tiering = parse.parse_stress(STRESS)
+    assert swap.ops == {"vm": 76636, "mmap": 15}
+    assert swap.exit == 2 and swap.seconds == 41
+    assert swap.failures == ["vm: detected 3 bit errors while stressing memory"]
+    assert swap.verification_errors == 1
+    assert swap.vmstat == {"pswpout": 90000, "pgsteal_direct": 70000}
+    assert tiering.ops == {"numa": 12} and tiering.verification_errors == 0
+    assert tiering.skipped == ["numa: no NUMA nodes found, skipping test"]
+
+
+def test_stress_that_never_finished_counts_as_an_error():
+    (phase,) = parse.parse_stress("SAFETY-STRESS-BEGIN swap 100\nstress-ng: info: x\n")
+    assert phase.exit is None and phase.verification_errors == 1
+
+
+# --- verdicts ---------------------------------------------------------------------
+
+def kernel_run(variant, output="", stress="", splats=()):
+    kr = safety.KernelRun(variant, "6.12.117")
+    kr.tests = parse.parse_vmtests(output)
+    kr.phases = parse.parse_stress(stress)
+    kr.splats = list(splats)
+    kr.seconds = {"selftests": 1.0}
+    return kr
+
+
+def test_a_test_failing_only_on_patched_fails_the_suite():
+    vanilla = kernel_run("vanilla", COW.replace("not ok 4", "ok 4")
+                         .replace("not ok 1 cow # exit=1", "ok 1 cow"))
+    patched = kernel_run("patched", COW)
+    assert safety.summarize(vanilla, vanilla)["ok"]
+    entry = safety.summarize(patched, vanilla)
+    assert not entry["ok"]
+    assert entry["regressions"]["failed"] == [
+        "cow", "cow: Basic COW after fork() ... with swapped-out THP: "
+               "No leak from parent into child"]
+    assert any(p.startswith("passes on vanilla, fails here: cow")
+               for p in entry["problems"])
+
+
+def test_subtests_are_matched_by_number_not_by_their_measurements():
+    out = ("SAFETY-CATEGORY-BEGIN pagemap 1\n# running ./pagemap_ioctl\n"
+           "# ok 1 transact_test Extra pages {} (0.0%), extra thread faults {}.\n"
+           "ok 1 pagemap_ioctl\nSAFETY-CATEGORY-END pagemap 0 2\n")
+    vanilla = kernel_run("vanilla", out.format(8, 62))
+    patched = kernel_run("patched", out.format(0, 17))
+    assert safety.summarize(patched, vanilla)["ok"]
+
+
+def test_a_failure_that_passes_when_run_again_is_reported_not_failed():
+    good = COW.replace("not ok 4", "ok 4").replace("not ok 1 cow # exit=1", "ok 1 cow")
+    vanilla, patched = kernel_run("vanilla", good), kernel_run("patched", COW)
+    assert parse.regressed_categories(vanilla.tests, patched.tests) == ["cow"]
+    patched.rerun = parse.parse_vmtests(good)
+    entry = safety.summarize(patched, vanilla)
+    assert entry["ok"] and entry["regressions"]["failed"] == []
+    assert len(entry["regressions"]["failed_then_passed_on_rerun"]) == 2
+    assert "FLAKY cow" in safety.table("patched", entry)
+    patched.rerun = parse.parse_vmtests(COW)          # fails twice: a regression
+    assert not safety.summarize(patched, vanilla)["ok"]
+
+
+def test_failing_on_both_kernels_is_reported_but_not_a_regression():
+    vanilla, patched = kernel_run("vanilla", MMAP), kernel_run("patched", MMAP)
+    entry = safety.summarize(patched, vanilla)
+    assert entry["ok"]
+    assert entry["selftests"]["failed"] == ["map_populate"]
+    assert entry["selftests"]["passed"] == ["map_fixed_noreplace"]
+
+
+def test_skips_carry_reasons_in_the_summary():
+    entry = safety.summarize(kernel_run("vanilla", MIGRATION))
+    assert entry["selftests"]["skipped"] == [
+        {"name": "ksm_tests -N -m 1", "reason": "At least 2 NUMA nodes must be available"}]
+    assert entry["selftests"]["subtests"]["skipped"][0]["reason"]
+
+
+def test_stress_errors_and_splats_fail_a_kernel():
+    entry = safety.summarize(kernel_run("patched", MMAP, STRESS))
+    assert entry["stress"]["errors"] == 1 and entry["stress"]["ops"] == 76636 + 15 + 12
+    assert not entry["ok"]
+    assert "stress swap: vm: detected 3 bit errors" in entry["problems"][0]
+    splat = "selftests: [ 12.3] BUG: Bad page state in process cow"
+    entry = safety.summarize(kernel_run("vanilla", MMAP, splats=[splat]))
+    assert not entry["ok"] and f"splat: {splat}" in entry["problems"]
+    assert splat in safety.table("vanilla", entry)
+
+
+def test_summary_json_and_latest_link(tmp_path, monkeypatch):
+    monkeypatch.setenv("UNFLUSH_RESULTS", str(tmp_path))
+    first, second = safety.new_outdir(), safety.new_outdir()
+    entry = safety.summarize(kernel_run("vanilla", MMAP))
+    for outdir in (first, second):
+        safety.write_results({"vanilla": entry}, "text", outdir)
+    latest = tmp_path / "tests" / "latest"
+    assert latest.resolve() == second.resolve()
+    data = json.loads((latest / "summary.json").read_text())
+    assert set(data["vanilla"]) >= {"selftests", "stress", "stale_tlb", "splats"}
+    assert data["vanilla"]["stale_tlb"]["trials"] == 0
+
+
+# --- guest scripts and userland -------------------------------------------------------
+
+@pytest.mark.parametrize("soak", [False, True])
+def test_guest_scripts_are_valid_shell(soak):
+    busybox = shutil.which("busybox") or "/bin/busybox"
+    scripts = [safety.selftest_script(safety.selftest_categories(soak), "vanilla"),
+               safety.stress_script(safety.stress_phases(soak))]
+    for script in scripts:
+        proc = subprocess.run([busybox, "sh", "-n"], input=script, text=True,
+                              capture_output=True)
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_quick_mode_fits_its_budget():
+    cats = safety.selftest_categories(False)
+    assert {c.name for c in cats} == set(safety.QUICK_CATEGORIES)
+    stress = sum(safety._phase_seconds(p) for p in safety.stress_phases(False))
+    assert stress <= 120
+
+
+def test_libraries_of_a_dynamic_program_include_the_loader():
+    libs = dict(safety_build.shared_libraries([safety_build.BASH]))
+    assert any(g.startswith("/lib64/ld-linux") for g in libs)
+    assert any(g.endswith("/libc.so.6") for g in libs)
+    assert all(host.is_file() for host in libs.values())
+
+
+def test_build_failures_name_the_program_and_its_error(tmp_path):
+    log = ("khugepaged.c:1195:24: error: 'KSFT_SKIP' undeclared (first use)\n"
+           "make: *** [../lib.mk:222: /x/mm/khugepaged] Error 1\n"
+           "make: *** [../lib.mk:222: /x/mm/cow] Error 1\n")
+    (tmp_path / "cow").write_text("")   # built after all, by a later make
+    assert safety_build.build_failures(log, tmp_path) == {
+        "khugepaged": "'KSFT_SKIP' undeclared (first use)"}
+
+
+# --- the quick suite on the real kernels ------------------------------------------------
+
+def built_kernels():
+    kernels = ["vanilla", "patched"]
+    try:
+        build.built("debug")
+        kernels.append("debug")
+    except Exception:
+        pass
+    return kernels
+
+
+@pytest.fixture(scope="module")
+def quick_run():
+    summary, text, outdir = safety.run(built_kernels(), soak=False)
+    print(text)
+    return summary
+
+
+@pytest.mark.vm
+def test_quick_suite_passes(quick_run):
+    problems = {k: e["problems"] for k, e in quick_run.items() if e["problems"]}
+    assert not problems, json.dumps(problems, indent=1)
+
+
+@pytest.mark.vm
+def test_no_test_fails_only_on_a_changed_kernel(quick_run):
+    for variant, entry in quick_run.items():
+        if variant != "vanilla":
+            assert entry["regressions"]["failed"] == [], variant
+
+
+@pytest.mark.vm
+def test_stress_verified_data_and_did_work(quick_run):
+    for variant, entry in quick_run.items():
+        stress = entry["stress"]
+        assert stress["errors"] == 0, (variant, stress["phases"])
+        assert stress["ops"] > 0, variant
+        # the memory cgroup really pushed pages out to zram
+        assert stress["vmstat"]["pswpout"] > 0, (variant, stress["vmstat"])
+
+
+@pytest.mark.vm
+def test_no_splats(quick_run):
+    for variant, entry in quick_run.items():
+        assert entry["splats"] == [], variant
+        assert entry["guest_errors"] == [], variant
+
+
+# Measured on vanilla 6.12.117, quick mode (docs/safety.md): 24 programs and
+# 1020 subtests passed.  A set-up that silently skips them (no swap, no huge
+# pages, no second node, no debugfs) fails here.
+MIN_PASSED = 22
+MIN_SUBTESTS_PASSED = 950
+
+
+@pytest.mark.vm
+def test_selftests_really_ran(quick_run):
+    vanilla = quick_run["vanilla"]["selftests"]
+    assert len(vanilla["passed"]) >= MIN_PASSED, vanilla
+    assert vanilla["subtests"]["passed"] >= MIN_SUBTESTS_PASSED
+    for skipped in vanilla["skipped"]:
+        assert skipped["reason"], skipped

@@ -106,32 +106,18 @@ static void report_phase(const char *experiment, const char *shape, int rep,
 
 int main(int argc, char **argv)
 {
-	enum { OPT_PAGES = OPT_FIRST_PRIVATE, OPT_HVO };
-	static const struct option opts[] = {
-		{ "pages", required_argument, NULL, OPT_PAGES },
-		{ "hvo", required_argument, NULL, OPT_HVO },
-		RUN_LONG_OPTIONS,
-		{ 0 }
-	};
-	long pages = 0, hvo = 1;
+	struct own_arg args[] = { { .name = "pages" }, { .name = "hvo" } };
 	char experiment[64];
 	struct run_opts o;
-	int cpu, opt;
+	long pages, hvo;
+	int cpu;
 
 	run_opts_init(&o, usage, false);
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (run_option(&o, opt, argv))
-			continue;
-		if (opt == OPT_PAGES) {
-			pages = parse_count("--pages", optarg, 1);
-		} else if (opt == OPT_HVO) {
-			hvo = parse_count("--hvo", optarg, 0);
-			if (hvo > 1)
-				usage_error("bad --hvo '%s': use 0 or 1", optarg);
-		}
-	}
-	if (optind < argc)
-		usage_error("unexpected argument '%s'", argv[optind]);
+	parse_run_args(argc, argv, &o, args, 2);
+	pages = arg_count(&args[0], 1, 0);
+	hvo = arg_count(&args[1], 0, 1);
+	if (hvo > 1)
+		usage_error("bad --hvo '%s': use 0 or 1", args[1].value);
 	if (!pages)
 		pages = o.quick ? 32 : 400;
 	snprintf(experiment, sizeof(experiment), "hugetlb-hvo/hvo=%ld", hvo);

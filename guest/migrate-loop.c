@@ -95,30 +95,17 @@ static void working_set_free(struct working_set *ws)
 
 int main(int argc, char **argv)
 {
-	enum { OPT_MEM = OPT_FIRST_PRIVATE, OPT_ROUNDS };
-	static const struct option opts[] = {
-		{ "mem", required_argument, NULL, OPT_MEM },
-		{ "rounds", required_argument, NULL, OPT_ROUNDS },
-		RUN_LONG_OPTIONS,
-		{ 0 }
-	};
+	struct own_arg args[] = { { .name = "mem" }, { .name = "rounds" } };
 	struct fields checks = { 0 }, extra = { 0 };
-	int cpu, opt, nodes[2], nnodes;
-	size_t mem = 0;
-	long rounds = 0;
+	int cpu, nodes[2], nnodes;
 	struct run_opts o;
+	size_t mem;
+	long rounds;
 
 	run_opts_init(&o, usage, true);
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (run_option(&o, opt, argv))
-			continue;
-		if (opt == OPT_MEM)
-			mem = parse_size("--mem", optarg);
-		else if (opt == OPT_ROUNDS)
-			rounds = parse_count("--rounds", optarg, 1);
-	}
-	if (optind < argc)
-		usage_error("unexpected argument '%s'", argv[optind]);
+	parse_run_args(argc, argv, &o, args, 2);
+	mem = arg_size(&args[0], 0);
+	rounds = arg_count(&args[1], 1, 0);
 	if (!mem)
 		mem = o.quick ? 64 * MiB : 1 * GiB;
 	if (!rounds)

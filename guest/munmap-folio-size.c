@@ -39,57 +39,32 @@ static const char usage[] =
 
 int main(int argc, char **argv)
 {
-	enum { OPT_SIZE = OPT_FIRST_PRIVATE, OPT_MEM };
-	static const struct option opts[] = {
-		{ "size", required_argument, NULL, OPT_SIZE },
-		{ "mem", required_argument, NULL, OPT_MEM },
-		RUN_LONG_OPTIONS,
-		{ 0 }
-	};
 	struct fields checks = { 0 }, extra = { 0 };
-	unsigned long folio_kb = 0;
-	size_t mem = 0;
-	char experiment[64];
-	struct run_opts o;
-	int cpu, opt;
+	struct folio_args a;
+	int cpu;
 
-	run_opts_init(&o, usage, false);
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (run_option(&o, opt, argv))
-			continue;
-		if (opt == OPT_SIZE)
-			folio_kb = parse_folio_kb(optarg);
-		else if (opt == OPT_MEM)
-			mem = parse_size("--mem", optarg);
-	}
-	if (optind < argc)
-		usage_error("unexpected argument '%s'", argv[optind]);
-	if (!folio_kb)
-		usage_error("--size is required, e.g. --size 64K");
-	if (!mem)
-		mem = o.quick ? 64 * MiB : 1 * GiB;
-	snprintf(experiment, sizeof(experiment), "munmap-folio-size/%s",
-		 folio_size_name(folio_kb));
+	parse_folio_args(argc, argv, "munmap-folio-size", usage, 64 * MiB,
+			 1 * GiB, &a);
 
 	online_cpus(&cpu, 1);
 	pin_main(cpu);
-	mthp_set_only(folio_kb);
-	for (int rep = 0; rep < o.reps; rep++) {
+	mthp_set_only(a.folio_kb);
+	for (int rep = 0; rep < a.o.reps; rep++) {
 		struct phase p = { 0 };
 		struct busy *busy;
 		char *mapping;
 
 		fields_clear(&checks);
 		fields_clear(&extra);
-		mapping = map_anon_folios(mem, folio_kb, &checks);
-		busy = shape_start(&o, cpu, NULL, 0);
+		mapping = map_anon_folios(a.mem, a.folio_kb, &checks);
+		busy = shape_start(&a.o, cpu, NULL, 0);
 		phase_begin(&p);
-		if (munmap(mapping, mem))
+		if (munmap(mapping, a.mem))
 			die(1, "munmap: %s", strerror(errno));
 		phase_end(&p);
 		busy_stop(busy);
-		field_int(&extra, "mem_bytes", mem);
-		report_result(experiment, shape_name(&o), rep, &p, &extra,
+		field_int(&extra, "mem_bytes", a.mem);
+		report_result(a.experiment, shape_name(&a.o), rep, &p, &extra,
 			      &checks);
 		phase_free(&p);
 	}

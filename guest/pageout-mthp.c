@@ -66,43 +66,18 @@ static void check_swapout(const struct phase *p, size_t mem,
 
 int main(int argc, char **argv)
 {
-	enum { OPT_SIZE = OPT_FIRST_PRIVATE, OPT_MEM };
-	static const struct option opts[] = {
-		{ "size", required_argument, NULL, OPT_SIZE },
-		{ "mem", required_argument, NULL, OPT_MEM },
-		RUN_LONG_OPTIONS,
-		{ 0 }
-	};
 	struct fields checks = { 0 }, extra = { 0 };
-	unsigned long folio_kb = 0;
-	size_t mem = 0;
-	char experiment[64];
-	struct run_opts o;
-	int cpu, opt;
+	struct folio_args a;
+	int cpu;
 
-	run_opts_init(&o, usage, false);
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (run_option(&o, opt, argv))
-			continue;
-		if (opt == OPT_SIZE)
-			folio_kb = parse_folio_kb(optarg);
-		else if (opt == OPT_MEM)
-			mem = parse_size("--mem", optarg);
-	}
-	if (optind < argc)
-		usage_error("unexpected argument '%s'", argv[optind]);
-	if (!folio_kb)
-		usage_error("--size is required, e.g. --size 64K");
-	if (!mem)
-		mem = o.quick ? 32 * MiB : 256 * MiB;
-	snprintf(experiment, sizeof(experiment), "pageout-mthp/%s",
-		 folio_size_name(folio_kb));
+	parse_folio_args(argc, argv, "pageout-mthp", usage, 32 * MiB,
+			 256 * MiB, &a);
 
-	require_swap(mem);
+	require_swap(a.mem);
 	online_cpus(&cpu, 1);
 	pin_main(cpu);
-	mthp_set_only(folio_kb);
-	for (int rep = 0; rep < o.reps; rep++) {
+	mthp_set_only(a.folio_kb);
+	for (int rep = 0; rep < a.o.reps; rep++) {
 		struct phase p = { 0 };
 		struct busy *busy;
 		char *mapping;
@@ -110,20 +85,20 @@ int main(int argc, char **argv)
 
 		fields_clear(&checks);
 		fields_clear(&extra);
-		mapping = map_anon_folios(mem, folio_kb, &checks);
-		busy = shape_start(&o, cpu, NULL, 0);
+		mapping = map_anon_folios(a.mem, a.folio_kb, &checks);
+		busy = shape_start(&a.o, cpu, NULL, 0);
 		phase_begin(&p);
-		ret = madvise(mapping, mem, MADV_PAGEOUT);
+		ret = madvise(mapping, a.mem, MADV_PAGEOUT);
 		phase_end(&p);
 		busy_stop(busy);
 		if (ret)
 			die(1, "madvise(MADV_PAGEOUT): %s (needs Linux >= 5.4 with CONFIG_ADVISE_SYSCALLS)",
 			    strerror(errno));
-		check_swapout(&p, mem, folio_kb, &checks);
+		check_swapout(&p, a.mem, a.folio_kb, &checks);
 		/* frees the swap slots too, ready for the next repetition */
-		munmap(mapping, mem);
-		field_int(&extra, "mem_bytes", mem);
-		report_result(experiment, shape_name(&o), rep, &p, &extra,
+		munmap(mapping, a.mem);
+		field_int(&extra, "mem_bytes", a.mem);
+		report_result(a.experiment, shape_name(&a.o), rep, &p, &extra,
 			      &checks);
 		phase_free(&p);
 	}

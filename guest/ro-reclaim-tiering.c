@@ -298,51 +298,28 @@ static int split_files(char *list, char **files, size_t *total)
 
 int main(int argc, char **argv)
 {
-	enum { OPT_FILES = OPT_FIRST_PRIVATE, OPT_PROCS, OPT_THREADS,
-	       OPT_PASSES, OPT_LIMIT };
-	static const struct option opts[] = {
-		{ "files", required_argument, NULL, OPT_FILES },
-		{ "procs", required_argument, NULL, OPT_PROCS },
-		{ "threads", required_argument, NULL, OPT_THREADS },
-		{ "passes", required_argument, NULL, OPT_PASSES },
-		{ "memcg-limit", required_argument, NULL, OPT_LIMIT },
-		RUN_LONG_OPTIONS,
-		{ 0 }
+	struct own_arg args[] = {
+		{ .name = "files" }, { .name = "procs" }, { .name = "threads" },
+		{ .name = "passes" }, { .name = "memcg-limit" },
 	};
 	struct fields checks = { 0 }, extra = { 0 };
 	struct jbuf series = { 0 };
-	int cpus[MAX_CPUS], ncpus, opt, nfiles = 0;
-	long procs = 0, threads = 0, passes = 0;
-	size_t limit = 200 * MiB, total = 0;
+	int cpus[MAX_CPUS], ncpus, nfiles = 0;
+	long procs, threads, passes;
+	size_t limit, total = 0;
 	char *files[MAX_FILES];
 	long long *touched;
 	struct run_opts o;
 	bool tiering;
 
 	run_opts_init(&o, usage, true);
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (run_option(&o, opt, argv))
-			continue;
-		switch (opt) {
-		case OPT_FILES:
-			nfiles = split_files(optarg, files, &total);
-			break;
-		case OPT_PROCS:
-			procs = parse_count("--procs", optarg, 1);
-			break;
-		case OPT_THREADS:
-			threads = parse_count("--threads", optarg, 1);
-			break;
-		case OPT_PASSES:
-			passes = parse_count("--passes", optarg, 1);
-			break;
-		case OPT_LIMIT:
-			limit = parse_size("--memcg-limit", optarg);
-			break;
-		}
-	}
-	if (optind < argc)
-		usage_error("unexpected argument '%s'", argv[optind]);
+	parse_run_args(argc, argv, &o, args, 5);
+	if (args[0].value)
+		nfiles = split_files(args[0].value, files, &total);
+	procs = arg_count(&args[1], 1, 0);
+	threads = arg_count(&args[2], 1, 0);
+	passes = arg_count(&args[3], 1, 0);
+	limit = arg_size(&args[4], 200 * MiB);
 	if (!nfiles)
 		usage_error("--files is required, e.g. --files /data/a,/data/b");
 	ncpus = online_cpus(cpus, MAX_CPUS);

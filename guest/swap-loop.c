@@ -48,30 +48,17 @@ static void swap_rounds(volatile char *buf, size_t mem, long rounds)
 
 int main(int argc, char **argv)
 {
-	enum { OPT_ROUNDS = OPT_FIRST_PRIVATE, OPT_MEM };
-	static const struct option opts[] = {
-		{ "rounds", required_argument, NULL, OPT_ROUNDS },
-		{ "mem", required_argument, NULL, OPT_MEM },
-		RUN_LONG_OPTIONS,
-		{ 0 }
-	};
+	struct own_arg args[] = { { .name = "rounds" }, { .name = "mem" } };
 	struct fields checks = { 0 }, extra = { 0 };
-	size_t mem = 1 * MiB;
-	long rounds = 0;
 	struct run_opts o;
-	int cpu, opt;
+	size_t mem;
+	long rounds;
+	int cpu;
 
 	run_opts_init(&o, usage, false);
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (run_option(&o, opt, argv))
-			continue;
-		if (opt == OPT_ROUNDS)
-			rounds = parse_count("--rounds", optarg, 1);
-		else if (opt == OPT_MEM)
-			mem = parse_size("--mem", optarg);
-	}
-	if (optind < argc)
-		usage_error("unexpected argument '%s'", argv[optind]);
+	parse_run_args(argc, argv, &o, args, 2);
+	rounds = arg_count(&args[0], 1, 0);
+	mem = arg_size(&args[1], 1 * MiB);
 	if (!rounds)
 		rounds = o.quick ? 300 : 10000;
 	if (mem % PAGE_SIZE_4K)

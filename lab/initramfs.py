@@ -12,7 +12,6 @@ import hashlib
 import io
 import shutil
 import subprocess
-from contextlib import contextmanager
 from pathlib import Path
 
 from lab import paths
@@ -86,28 +85,17 @@ def base_image():
     return image
 
 
-def run_image(command, dest):
-    """base archive + an archive holding /run.sh; written to `dest`."""
+def run_image(command, dest, layers=()):
+    """base archive, then `layers` (gzipped cpio archives made with cpio(),
+    e.g. the mm selftests), then an archive holding /run.sh; written to
+    `dest`.  The kernel unpacks them in that order."""
     script = command.rstrip("\n") + "\n"
     with open(dest, "wb") as out:
         with open(base_image(), "rb") as base:
             shutil.copyfileobj(base, out)
-        for layer in _layers:
+        for layer in layers:
             with open(layer, "rb") as extra:
                 shutil.copyfileobj(extra, out)
         out.write(cpio([("run.sh", script.encode(), 0o755)]))
     return dest
 
-
-_layers = []
-
-
-@contextmanager
-def layers(*archives):
-    """Runs started inside this block also unpack `archives` (gzipped cpio,
-    made with cpio()), after the base archive and before /run.sh."""
-    _layers.extend(archives)
-    try:
-        yield
-    finally:
-        del _layers[len(_layers) - len(archives):]

@@ -26,7 +26,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from lab import build, initramfs, paths, safety_build, vm
+from lab import build, paths, safety_build, vm
 from lab import safety_parse as parse
 from lab.errors import LabError
 from lab.progress import say
@@ -251,13 +251,15 @@ class KernelRun:
     rerun: list | None = None   # a second run of the categories that regressed
 
 
-def run_guest(kernel, what, script, shape, outdir, kr):
-    """Boot once; keep the output even if the guest dies, splats included."""
+def run_guest(kernel, what, script, shape, outdir, kr, layer):
+    """Boot once, with `layer` (the selftests' initramfs archive) unpacked;
+    keep the output even if the guest dies, splats included."""
     logdir = vm.new_logdir(kernel)
     start = time.monotonic()
     output = ""
     try:
-        result = vm.run(kernel, script, shape, logdir=logdir, allow_splats=True)
+        result = vm.run(kernel, script, shape, logdir=logdir, allow_splats=True,
+                        layers=(layer,))
         output = result.output
         kr.splats += [f"{what}: {s}" for s in result.splats]
     except LabError as e:
@@ -282,16 +284,15 @@ def _read(path):
 def run_kernel(variant, soak, layer, outdir, parts=("selftests", "stress")):
     kernel = build.built(variant)
     kr = KernelRun(variant, kernel.release)
-    with initramfs.layers(layer):
-        if "selftests" in parts:
-            cats = selftest_categories(soak)
-            out = run_guest(kernel, "selftests", selftest_script(cats, variant),
-                            selftest_shape(soak, variant), outdir, kr)
-            kr.tests = parse.parse_vmtests(out)
-        if "stress" in parts:
-            out = run_guest(kernel, "stress", stress_script(stress_phases(soak)),
-                            stress_shape(soak, variant), outdir, kr)
-            kr.phases = parse.parse_stress(out)
+    if "selftests" in parts:
+        cats = selftest_categories(soak)
+        out = run_guest(kernel, "selftests", selftest_script(cats, variant),
+                        selftest_shape(soak, variant), outdir, kr, layer)
+        kr.tests = parse.parse_vmtests(out)
+    if "stress" in parts:
+        out = run_guest(kernel, "stress", stress_script(stress_phases(soak)),
+                        stress_shape(soak, variant), outdir, kr, layer)
+        kr.phases = parse.parse_stress(out)
     return kr
 
 
@@ -306,9 +307,8 @@ def confirm_regressions(kr, baseline, soak, layer, outdir):
     say(f"safety: {kr.variant} lost tests in {', '.join(names)}: running them again")
     kernel = build.built(kr.variant)
     cats = [c for c in CATEGORIES if c.name in names]
-    with initramfs.layers(layer):
-        out = run_guest(kernel, "rerun", selftest_script(cats, kr.variant),
-                        selftest_shape(soak, kr.variant), outdir, kr)
+    out = run_guest(kernel, "rerun", selftest_script(cats, kr.variant),
+                    selftest_shape(soak, kr.variant), outdir, kr, layer)
     kr.rerun = parse.parse_vmtests(out)
 
 

@@ -184,8 +184,9 @@ def new_logdir(kernel):
 
 
 def run(kernel, command, shape=None, logdir=None, quiet=False, allow_splats=False,
-        dry_run=False):
-    """Boot `kernel`, run `command` (a shell string) in it, return RunResult."""
+        dry_run=False, layers=()):
+    """Boot `kernel`, run `command` (a shell string) in it, return RunResult.
+    `layers`: extra initramfs archives unpacked before the command runs."""
     shape = shape or VMShape()
     shape.validate()
     if shape.data_disk and not Path(shape.data_disk).is_file():
@@ -194,7 +195,7 @@ def run(kernel, command, shape=None, logdir=None, quiet=False, allow_splats=Fals
     logdir = Path(logdir) if logdir else new_logdir(kernel)
     logdir.mkdir(parents=True, exist_ok=True)
     console_log, output_log = logdir / "console.log", logdir / "output.log"
-    initrd = initramfs.run_image(command, logdir / "initrd.cpio.gz")
+    initrd = initramfs.run_image(command, logdir / "initrd.cpio.gz", layers)
     cmd = qemu_command(kernel.image, initrd, shape, console_log, output_log, accel)
     (logdir / "qemu.cmd").write_text(shlex.join(cmd) + "\n")
     if dry_run:

@@ -17,7 +17,7 @@ def fake(tmp_path, monkeypatch):
     wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
     wrapper.chmod(0o755)
     monkeypatch.setattr(vm, "QEMU", str(wrapper))
-    monkeypatch.setattr(initramfs, "run_image", lambda cmd, dest: dest)
+    monkeypatch.setattr(initramfs, "run_image", lambda cmd, dest, layers=(): dest)
     kernel = build.Kernel("vanilla", tmp_path / "bzImage", "6.12.117", tmp_path)
 
     def run(mode, **shape):

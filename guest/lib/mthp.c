@@ -149,6 +149,22 @@ const char *folio_size_name(unsigned long folio_kb)
 	return name;
 }
 
+void parse_folio_args(int argc, char **argv, const char *name,
+		      const char *usage, size_t quick_mem, size_t full_mem,
+		      struct folio_args *a)
+{
+	struct own_arg args[] = { { .name = "size" }, { .name = "mem" } };
+
+	run_opts_init(&a->o, usage, false);
+	parse_run_args(argc, argv, &a->o, args, 2);
+	if (!args[0].value)
+		usage_error("--size is required, e.g. --size 64K");
+	a->folio_kb = parse_folio_kb(args[0].value);
+	a->mem = arg_size(&args[1], a->o.quick ? quick_mem : full_mem);
+	snprintf(a->experiment, sizeof(a->experiment), "%s/%s", name,
+		 folio_size_name(a->folio_kb));
+}
+
 unsigned long parse_folio_kb(const char *arg)
 {
 	unsigned long long bytes = parse_size("--size", arg);

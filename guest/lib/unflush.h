@@ -69,6 +69,22 @@ void run_opts_init(struct run_opts *o, const char *usage, bool threads);
 bool run_option(struct run_opts *o, int opt, char **argv);
 const char *shape_name(const struct run_opts *o);
 
+/*
+ * A program's own "--name VALUE" option.  parse_run_args() sets .value to
+ * the last VALUE given, or leaves it NULL; the program converts it with
+ * arg_size()/arg_count(), whose messages name the option.
+ */
+struct own_arg {
+	const char *name;
+	char *value;
+};
+#define MAX_OWN_ARGS	8
+/* Common options into @o, the rest into @own; any other argument exits 2. */
+void parse_run_args(int argc, char **argv, struct run_opts *o,
+		    struct own_arg *own, int nown);
+size_t arg_size(const struct own_arg *a, size_t dflt);
+long arg_count(const struct own_arg *a, long min, long dflt);
+
 /* --- cleanup.c: undo what a program changed, whatever way it ends --- */
 
 void cleanup_push_fn(void (*fn)(void));
@@ -208,6 +224,17 @@ char *map_anon_folios(size_t bytes, unsigned long folio_kb,
 const char *folio_size_name(unsigned long folio_kb);
 /* Parse a --size argument into KiB; dies unless it is a power of two >= 4K. */
 unsigned long parse_folio_kb(const char *arg);
+
+/* The arguments of an experiment on folios of one size. */
+struct folio_args {
+	struct run_opts o;
+	unsigned long folio_kb;	/* --size, required */
+	size_t mem;		/* --mem, else the experiment's default */
+	char experiment[64];	/* "<name>/<size>" */
+};
+void parse_folio_args(int argc, char **argv, const char *name,
+		      const char *usage, size_t quick_mem, size_t full_mem,
+		      struct folio_args *a);
 
 /* --- memcg.c --- */
 

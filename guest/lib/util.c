@@ -122,6 +122,51 @@ bool run_option(struct run_opts *o, int opt, char **argv)
 	return false;
 }
 
+void parse_run_args(int argc, char **argv, struct run_opts *o,
+		    struct own_arg *own, int nown)
+{
+	const struct option common[] = { RUN_LONG_OPTIONS };
+	struct option opts[MAX_OWN_ARGS + sizeof(common) / sizeof(common[0]) + 1];
+	int i, n = 0, opt;
+
+	if (nown > MAX_OWN_ARGS)
+		die(1, "internal error: more than %d own options", MAX_OWN_ARGS);
+	for (i = 0; i < nown; i++)
+		opts[n++] = (struct option){ own[i].name, required_argument,
+					     NULL, OPT_FIRST_PRIVATE + i };
+	for (i = 0; i < (int)(sizeof(common) / sizeof(common[0])); i++)
+		opts[n++] = common[i];
+	opts[n] = (struct option){ 0 };
+
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (run_option(o, opt, argv))
+			continue;
+		own[opt - OPT_FIRST_PRIVATE].value = optarg;
+	}
+	if (optind < argc)
+		usage_error("unexpected argument '%s'", argv[optind]);
+}
+
+size_t arg_size(const struct own_arg *a, size_t dflt)
+{
+	char opt[64];
+
+	if (!a->value)
+		return dflt;
+	snprintf(opt, sizeof(opt), "--%s", a->name);
+	return parse_size(opt, a->value);
+}
+
+long arg_count(const struct own_arg *a, long min, long dflt)
+{
+	char opt[64];
+
+	if (!a->value)
+		return dflt;
+	snprintf(opt, sizeof(opt), "--%s", a->name);
+	return parse_count(opt, a->value, min);
+}
+
 const char *shape_name(const struct run_opts *o)
 {
 	return o->threads ? "threads" : "single";

@@ -26,7 +26,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from lab import build, paths, safety_build, vm
+from lab import build, datadisk, paths, safety_build, vm
 from lab import safety_parse as parse
 from lab.errors import LabError
 from lab.progress import say
@@ -34,8 +34,11 @@ from lab.progress import say
 KERNELS = ("vanilla", "patched", "debug")
 # KASAN, lockdep and DEBUG_VM make the debug kernel this much slower (TCG)
 SLOWDOWN = {"vanilla": 1, "patched": 1, "debug": 4}
-STALE_TLB_NOTE = ("no stale-translation test exists yet: they come with the LUF "
-                  "work (tracker); nothing was run, nothing is claimed")
+# guest/stale-tlb.c: a reader keeps reading read-only pages that another
+# process takes away (reclaim, migration, anon swap-out) and refills with a
+# canary; any read of the canary is a violation (docs/stale-tlb.md).
+STALE_TLB_MODES = ("reclaim", "migrate", "anon")
+PARTS = ("selftests", "stress", "stale-tlb")
 
 
 # --- what is run ----------------------------------------------------------------
@@ -130,6 +133,23 @@ def stress_shape(soak, variant):
     total = sum(_phase_seconds(p) for p in stress_phases(soak))
     return vm.VMShape(cpus=2, mem="1G", node1="512M", zram="1G",
                       timeout=total * 2 * SLOWDOWN[variant] + 180)
+
+
+def stale_tlb_trials(soak):
+    return 3000 if soak else 100
+
+
+def stale_tlb_shape(soak, variant):
+    # node1: a migration target; zram: anon swap-out; the data disk: the
+    # clean file pages that reclaim takes away
+    seconds = len(STALE_TLB_MODES) * stale_tlb_trials(soak) * SLOWDOWN[variant]
+    return vm.VMShape(cpus=2, mem="1G", node1="512M", zram="256M",
+                      data_disk=datadisk.ensure(quick=True), timeout=seconds + 300)
+
+
+def stale_tlb_script(soak):
+    return "".join(f"stale-tlb {m} --trials {stale_tlb_trials(soak)}; "
+                   f"echo SAFETY-STALE-EXIT {m} $?\n" for m in STALE_TLB_MODES)
 
 
 def selftest_categories(soak):
@@ -249,6 +269,7 @@ class KernelRun:
     env: list = field(default_factory=list)
     seconds: dict = field(default_factory=dict)
     rerun: list | None = None   # a second run of the categories that regressed
+    stale: dict | None = None   # stale-tlb by mode, from parse.parse_stale_tlb()
 
 
 def run_guest(kernel, what, script, shape, outdir, kr, layer):
@@ -281,7 +302,7 @@ def _read(path):
         return ""
 
 
-def run_kernel(variant, soak, layer, outdir, parts=("selftests", "stress")):
+def run_kernel(variant, soak, layer, outdir, parts=PARTS):
     kernel = build.built(variant)
     kr = KernelRun(variant, kernel.release)
     if "selftests" in parts:
@@ -293,6 +314,10 @@ def run_kernel(variant, soak, layer, outdir, parts=("selftests", "stress")):
         out = run_guest(kernel, "stress", stress_script(stress_phases(soak)),
                         stress_shape(soak, variant), outdir, kr, layer)
         kr.phases = parse.parse_stress(out)
+    if "stale-tlb" in parts:
+        out = run_guest(kernel, "stale-tlb", stale_tlb_script(soak),
+                        stale_tlb_shape(soak, variant), outdir, kr, layer)
+        kr.stale = parse.parse_stale_tlb(out, STALE_TLB_MODES)
     return kr
 
 
@@ -359,7 +384,7 @@ def summarize(kr, baseline=None):
                        for p in kr.phases},
             "vmstat": {k: vmstat.get(k, 0) for k in UNMAP_COUNTERS},
         },
-        "stale_tlb": {"trials": 0, "violations": 0, "note": STALE_TLB_NOTE},
+        "stale_tlb": stale_tlb_entry(kr.stale),
         "splats": kr.splats,
         "guest_errors": kr.errors,
         "environment": kr.env,
@@ -388,6 +413,13 @@ def summarize(kr, baseline=None):
             if p.verification_errors and not p.failures:
                 problems.append(f"stress {p.name}: stress-ng "
                                 f"{parse.STRESS_EXIT.get(p.exit, 'did not finish')}")
+    if kr.stale is not None:
+        for mode, m in kr.stale.items():
+            if m["violations"]:
+                problems.append(f"stale-tlb {mode}: {m['violations']} reads through a "
+                                f"stale translation, e.g. {m['first']}")
+            elif m["exit"] != 0:
+                problems.append(f"stale-tlb {mode}: exit {m['exit']}: {m['message']}")
     problems += [f"splat: {s}" for s in kr.splats]
     problems += [f"guest: {e}" for e in kr.errors]
     if kr.tests == [] and not kr.errors and "selftests" in kr.seconds:
@@ -395,6 +427,14 @@ def summarize(kr, baseline=None):
     entry["ok"] = not problems
     entry["problems"] = problems
     return entry
+
+
+def stale_tlb_entry(stale):
+    if stale is None:
+        return {"trials": 0, "violations": 0, "note": "not run (--only)"}
+    return {"trials": sum(m["trials"] for m in stale.values()),
+            "violations": sum(m["violations"] for m in stale.values()),
+            "modes": stale}
 
 
 def table(variant, entry):
@@ -426,8 +466,12 @@ def table(variant, entry):
         lines += [f"      skipped {s}" for s in p["skipped"]]
     vm_ = sr["vmstat"]
     lines.append("    vmstat: " + ", ".join(f"{k} {vm_[k]}" for k in UNMAP_COUNTERS))
-    lines.append(f"  stale_tlb  {entry['stale_tlb']['trials']} trials: "
-                 f"{entry['stale_tlb']['note']}")
+    stale = entry["stale_tlb"]
+    lines.append(f"  stale_tlb  {stale['trials']} trials, {stale['violations']} violations"
+                 + (f" ({stale['note']})" if "note" in stale else ""))
+    for mode, m in stale.get("modes", {}).items():
+        lines.append(f"    {mode}: {m['trials']} trials, {m['violations']} violations, "
+                     f"exit {m['exit']}")
     lines.append(f"  splats     {len(entry['splats'])}")
     lines += [f"    {s}" for s in entry["splats"][:10]]
     for p in entry["problems"]:
@@ -457,7 +501,7 @@ def new_outdir():
     return outdir
 
 
-def run(kernels=("vanilla", "patched"), soak=False, parts=("selftests", "stress")):
+def run(kernels=("vanilla", "patched"), soak=False, parts=PARTS):
     """Run the suite; returns (summary dict, text, results directory)."""
     for variant in kernels:
         if variant not in KERNELS:
@@ -496,13 +540,12 @@ def add_arguments(p):
     p.add_argument("-k", "--kernels", default="vanilla,patched",
                    help="comma-separated: vanilla, patched, debug (default "
                         "vanilla,patched; vanilla is the baseline)")
-    p.add_argument("--only", choices=["selftests", "stress"],
-                   help="run one half of the suite")
+    p.add_argument("--only", choices=PARTS, help="run one part of the suite")
 
 
 def main(args):
     kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
-    parts = (args.only,) if args.only else ("selftests", "stress")
+    parts = (args.only,) if args.only else PARTS
     summary, text, outdir = run(kernels, args.soak, parts)
     print(text)
     bad = [k for k, e in summary.items() if not e["ok"]]

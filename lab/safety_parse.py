@@ -17,6 +17,7 @@ Three kinds of output, all plain text on the guest's output port:
     `SAFETY-VMSTAT <phase> before|after <name> <value>` line per counter.
 """
 
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -355,3 +356,44 @@ def parse_metrics_yaml(text):
         elif key == "bogo-ops" and stressor:
             ops[stressor] = ops.get(stressor, 0) + int(float(value))
     return ops
+
+
+# --- stale-tlb ----------------------------------------------------------------
+
+STALE_EXIT = re.compile(r"^SAFETY-STALE-EXIT (\S+) (\d+)$")
+
+
+def parse_stale_tlb(output, modes):
+    """Per mode of guest/stale-tlb: trials run, violations seen, exit status.
+
+    A violation line is printed the moment the reader sees foreign data, so
+    it counts even if the guest died before the program reported; a mode
+    with no exit line did not finish (exit -1)."""
+    out = {m: {"trials": 0, "violations": 0, "exit": -1, "message": "", "first": ""}
+           for m in modes}
+    last = {}
+    for line in output.splitlines():
+        tag, _, rest = line.partition(" ")
+        if tag in ("UNFLUSH-RESULT", "UNFLUSH-VIOLATION"):
+            try:
+                rec = json.loads(rest)
+            except ValueError:
+                continue
+            mode = rec.get("experiment", "").removeprefix("stale-tlb/")
+            if mode not in out:
+                continue
+            if tag == "UNFLUSH-RESULT":
+                out[mode]["trials"] += rec.get("trials", 0)
+            else:
+                out[mode]["violations"] += 1
+                out[mode]["first"] = out[mode]["first"] or rest[:200]
+        elif m := STALE_EXIT.match(line):
+            if m.group(1) in out:
+                out[m.group(1)]["exit"] = int(m.group(2))
+                out[m.group(1)]["message"] = last.get(m.group(1), "")
+        elif line.startswith("stale-tlb: "):
+            for mode in modes:   # the program's one-line error, for the summary
+                if out[mode]["exit"] == -1:
+                    last[mode] = line
+                    break
+    return out

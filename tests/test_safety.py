@@ -293,13 +293,37 @@ def test_summary_json_and_latest_link(tmp_path, monkeypatch):
     assert data["vanilla"]["stale_tlb"]["trials"] == 0
 
 
+def test_stale_reads_and_unfinished_modes_fail_a_kernel():
+    out = "\n".join([
+        'UNFLUSH-RESULT {"experiment":"stale-tlb/reclaim","trials":100,"violations":0}',
+        "SAFETY-STALE-EXIT reclaim 0",
+        'UNFLUSH-VIOLATION {"experiment":"stale-tlb/migrate","kind":"canary","trial":7}',
+        'UNFLUSH-RESULT {"experiment":"stale-tlb/migrate","trials":8,"violations":1}',
+        "SAFETY-STALE-EXIT migrate 1",
+        "stale-tlb: needs 2 usable CPUs",      # anon: died, no exit line
+    ])
+    stale = parse.parse_stale_tlb(out, safety.STALE_TLB_MODES)
+    assert stale["reclaim"] == {"trials": 100, "violations": 0, "exit": 0,
+                                "message": "", "first": ""}
+    assert stale["migrate"]["violations"] == 1 and stale["migrate"]["exit"] == 1
+    assert stale["anon"]["exit"] == -1 and stale["anon"]["trials"] == 0
+    kr = kernel_run("patched", MMAP)
+    kr.stale = stale
+    entry = safety.summarize(kr)
+    assert entry["stale_tlb"]["trials"] == 108 and entry["stale_tlb"]["violations"] == 1
+    assert not entry["ok"]
+    assert any("stale-tlb migrate: 1 reads" in p for p in entry["problems"])
+    assert any("stale-tlb anon: exit -1" in p for p in entry["problems"])
+
+
 # --- guest scripts and userland -------------------------------------------------------
 
 @pytest.mark.parametrize("soak", [False, True])
 def test_guest_scripts_are_valid_shell(soak):
     busybox = shutil.which("busybox") or "/bin/busybox"
     scripts = [safety.selftest_script(safety.selftest_categories(soak), "vanilla"),
-               safety.stress_script(safety.stress_phases(soak))]
+               safety.stress_script(safety.stress_phases(soak)),
+               safety.stale_tlb_script(soak)]
     for script in scripts:
         proc = subprocess.run([busybox, "sh", "-n"], input=script, text=True,
                               capture_output=True)
@@ -369,6 +393,15 @@ def test_stress_verified_data_and_did_work(quick_run):
         assert stress["ops"] > 0, variant
         # the memory cgroup really pushed pages out to zram
         assert stress["vmstat"]["pswpout"] > 0, (variant, stress["vmstat"])
+
+
+@pytest.mark.vm
+def test_stale_translation_tests_ran_clean(quick_run):
+    want = len(safety.STALE_TLB_MODES) * safety.stale_tlb_trials(False)
+    for variant, entry in quick_run.items():
+        stale = entry["stale_tlb"]
+        assert stale["violations"] == 0, (variant, stale)
+        assert stale["trials"] == want, (variant, stale)
 
 
 @pytest.mark.vm

@@ -1,13 +1,16 @@
 """Configure and build the lab's kernels.
 
-Four variants, one config fragment:
+Four variants, from config fragments in config/:
 
-  vanilla  build/vanilla  tinyconfig + config/lab.config
-  patched  build/patched  tinyconfig + config/lab.config
-  debug    build/patched  tinyconfig + config/lab.config + config/debug.config
-  broken   build/broken   tinyconfig + config/lab.config; the series plus
-                          patches/testing/, a kernel broken on purpose so the
-                          safety tests can be shown to fail (docs/stale-tlb.md)
+  vanilla  build/vanilla  tinyconfig + lab.config
+  patched  build/patched  tinyconfig + lab.config + series.config
+  debug    build/patched  tinyconfig + lab.config + series.config + debug.config
+  broken   build/broken   tinyconfig + lab.config + series.config; the series
+                          plus patches/testing/, a kernel broken on purpose so
+                          the safety tests can be shown to fail (docs/stale-tlb.md)
+
+series.config holds the options only the series defines; vanilla's Kconfig
+would drop them and check_config() would rightly complain.
 
 Each build directory is `<tree>/.o-<variant>`: one level below its source, so
 kbuild uses `srctree=..` and the compiler sees the same relative paths in both
@@ -29,9 +32,9 @@ from lab.progress import Progress, say
 
 VARIANTS = {
     "vanilla": ("vanilla", ["lab.config"]),
-    "patched": ("patched", ["lab.config"]),
-    "debug": ("patched", ["lab.config", "debug.config"]),
-    "broken": ("broken", ["lab.config"]),
+    "patched": ("patched", ["lab.config", "series.config"]),
+    "debug": ("patched", ["lab.config", "series.config", "debug.config"]),
+    "broken": ("broken", ["lab.config", "series.config"]),
 }
 
 CONFIG_LINE = re.compile(r"^(CONFIG_\w+)=(.*)$|^# (CONFIG_\w+) is not set$")
@@ -77,37 +80,37 @@ def wanted_options(frags):
     return wanted
 
 
-def _make(variant, *targets, log=None, extra_env=None):
-    src = source_tree(variant)
-    cmd = ["make", "-C", str(src), f"O={objdir(variant)}", *targets]
+def _make(src, out, *targets, log=None, extra_env=None):
+    cmd = ["make", "-C", str(src), f"O={out}", *targets]
     env = dict(os.environ, **(extra_env or {}))
     if log is None:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if proc.returncode != 0:
-            raise LabError(f"`make {' '.join(targets)}` failed for {variant}: "
+            raise LabError(f"`make {' '.join(targets)}` failed in {out}: "
                            f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
         return proc
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
 
 
 def configure(variant):
-    """tinyconfig + fragments, re-done only when a fragment changed."""
-    out = objdir(variant)
-    frags = fragments(variant)
+    configure_dir(source_tree(variant), objdir(variant), fragments(variant))
+
+
+def configure_dir(src, out, frags):
+    """tinyconfig + fragments in `out`, re-done only when a fragment changed."""
     digest = hashlib.sha256(b"".join(f.read_bytes() for f in frags)).hexdigest()
     stamp = out / ".unflush-config"
     if (out / ".config").exists() and stamp.exists() and stamp.read_text() == digest:
         return
     out.mkdir(parents=True, exist_ok=True)
-    _make(variant, "tinyconfig")
-    merge = source_tree(variant) / "scripts" / "kconfig" / "merge_config.sh"
+    _make(src, out, "tinyconfig")
+    merge = src / "scripts" / "kconfig" / "merge_config.sh"
     proc = subprocess.run([str(merge), "-m", "-O", str(out), str(out / ".config"),
-                           *map(str, frags)], cwd=source_tree(variant),
-                          capture_output=True, text=True)
+                           *map(str, frags)], cwd=src, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise LabError(f"merging config fragments for {variant} failed: "
+        raise LabError(f"merging config fragments in {out} failed: "
                        f"{proc.stderr.strip() or proc.stdout.strip()}")
-    _make(variant, "olddefconfig")
+    _make(src, out, "olddefconfig")
     check_config(out / ".config", frags)
     stamp.write_text(digest)
 
@@ -140,7 +143,12 @@ def build(variant, jobs=None):
     else:
         tree.ensure_patched()
     configure(variant)
-    out = objdir(variant)
+    return compile_dir(source_tree(variant), objdir(variant), variant, jobs)
+
+
+def compile_dir(src, out, name, jobs=None):
+    """make bzImage in `out`, showing progress; `name` is the build's name in
+    messages and, as LOCALVERSION, in `uname -r`."""
     jobs = jobs or (os.cpu_count() or 2) + 1
     ccache_dir = paths.cache_dir() / "ccache"
     env = {
@@ -153,12 +161,12 @@ def build(variant, jobs=None):
     }
     cc = ["CC=ccache gcc"] if shutil.which("ccache") else []
     log_path = out / "build.log"
-    prog = Progress(f"build {variant}")
+    prog = Progress(f"build {name}")
     steps, last = 0, ""
     with open(log_path, "w") as log:
         # LOCALVERSION names the variant in `uname -r`; set, it also keeps
         # kbuild from appending "+" for a git tree.
-        proc = _make(variant, *cc, f"LOCALVERSION=-{variant}", f"-j{jobs}", "bzImage",
+        proc = _make(src, out, *cc, f"LOCALVERSION=-{name}", f"-j{jobs}", "bzImage",
                      log=log, extra_env=env)
         with open(log_path) as follow:
             while True:
@@ -177,10 +185,10 @@ def build(variant, jobs=None):
         excerpt, first = compiler_errors(log_path.read_text())
         for line in excerpt:
             say("  " + line)
-        raise LabError(f"kernel build of {variant} failed: {first} (full log: {log_path})")
+        raise LabError(f"kernel build of {name} failed: {first} (full log: {log_path})")
     release = (out / "include" / "config" / "kernel.release").read_text().strip()
     prog.done(f"{release}, {steps} steps")
-    return Kernel(variant, out / "arch" / "x86" / "boot" / "bzImage", release, out)
+    return Kernel(name, out / "arch" / "x86" / "boot" / "bzImage", release, out)
 
 
 def compiler_errors(log_text):

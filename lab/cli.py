@@ -7,6 +7,8 @@
   run [options] -- CMD  boot a kernel and run CMD in it
   bench [options]       run the benchmark suite and write a report
   safety [options]      the safety suite: mm selftests, stress-ng --verify, splats
+  check-series [--builds]  checkpatch --strict each patch; build each with the
+                        series' options on and off
 """
 
 import argparse
@@ -97,6 +99,10 @@ def parser():
     bench_args.add(sub.add_parser("bench", help="run the benchmark suite"))
     from lab import safety
     safety.add_arguments(sub.add_parser("safety", help="run the safety suite"))
+    c = sub.add_parser("check-series", help="checkpatch and build every patch")
+    c.add_argument("--builds", action="store_true",
+                   help="also build the tree at every patch, series options on and off")
+    c.add_argument("-j", "--jobs", type=int, help="parallel jobs (default: CPUs+1)")
     return p
 
 
@@ -122,6 +128,9 @@ def main(argv=None):
             return cmd_run(args)
         if args.cmd == "bench":
             return cmd_bench(args)
+        if args.cmd == "check-series":
+            from lab import series_check
+            return series_check.run(args.builds, args.jobs)
         if args.cmd == "safety":
             from lab import safety
             return safety.main(args)

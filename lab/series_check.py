@@ -1,0 +1,128 @@
+"""`lab check-series`: what linux-mm asks of every patch before review.
+
+For each patch of patches/series, in order:
+
+  checkpatch  scripts/checkpatch.pl --strict on the patch file (from the
+              patched tree, so the script matches the kernel): no error,
+              warning or check;
+  builds      (with --builds) the tree at that patch builds a bzImage with
+              the options of config/series.config on, and again with them
+              all off, so that no patch depends on a later one and the
+              series compiles out cleanly.
+
+The builds run in build/series-check, a detached worktree moved from commit
+to commit, with one object directory per setting one level below it: kbuild
+then sees the same relative paths as in the lab's other trees and ccache
+serves every object a patch does not touch.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+
+from lab import build, paths, tree
+from lab.errors import LabError
+from lab.progress import say
+
+TOTAL = re.compile(r"total: (\d+) errors, (\d+) warnings, (?:(\d+) checks, )?\d+ lines")
+
+
+def checkpatch(patch, src):
+    """(ok, summary line) of checkpatch --strict for one patch file."""
+    script = src / "scripts" / "checkpatch.pl"
+    # checkpatch runs python's spdxcheck: it needs python3-ply, and finds the
+    # interpreter on PATH (the system one, where apt installed ply)
+    env = dict(os.environ, PATH="/usr/bin:" + os.environ.get("PATH", ""))
+    proc = subprocess.run(["perl", str(script), "--strict", "--no-color", str(patch)],
+                          cwd=src, capture_output=True, text=True, env=env)
+    out = proc.stdout + proc.stderr
+    m = TOTAL.search(out)
+    if not m:
+        raise LabError(f"checkpatch gave no verdict for {patch.name}: "
+                       f"{out.strip().splitlines()[-1:] or 'no output'}")
+    problems = [ln for ln in out.splitlines()
+                if ln.startswith(("ERROR:", "WARNING:", "CHECK:"))]
+    ok = proc.returncode == 0 and not problems
+    return ok, m.group(0) + ("" if ok else ": " + "; ".join(problems[:3]))
+
+
+def series_options():
+    """The CONFIG_ names config/series.config sets."""
+    names = build.wanted_options([paths.CONFIG / "series.config"])
+    return sorted(names)
+
+
+def off_fragment(out):
+    """A fragment that turns every series option off, written into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    frag = out / "series-off.config"
+    frag.write_text("".join(f"# {name} is not set\n" for name in series_options()))
+    return frag
+
+
+def worktree():
+    """build/series-check, detached; made on first use."""
+    wt = paths.work_dir() / "series-check"
+    if not (wt / ".git").exists():
+        if wt.exists():
+            shutil.rmtree(wt)
+        tree.git(tree.vanilla_dir(), "worktree", "prune")
+        tree.git(tree.vanilla_dir(), "worktree", "add", "-q", "--detach", str(wt),
+                 tree.BASE_TAG)
+    return wt
+
+
+def commits():
+    """(sha, subject) of the patched tree's commits, oldest first; they must
+    be the series as it is in patches/."""
+    src = tree.ensure_patched()
+    log = tree.git(src, "log", "--reverse", "--format=%H %s",
+                   f"{tree.BASE_TAG}..HEAD").stdout.splitlines()
+    return [tuple(line.split(" ", 1)) for line in log]
+
+
+def build_each(jobs=None):
+    """Build every commit with the series options on and off; stop at the
+    first failure with the patch's subject in the message."""
+    wt = worktree()
+    lab_config = paths.CONFIG / "lab.config"
+    series_config = paths.CONFIG / "series.config"
+    settings = {"on": [lab_config, series_config],
+                "off": [lab_config, off_fragment(wt / ".o-off")]}
+    results = []
+    for i, (sha, subject) in enumerate(commits(), 1):
+        tree.git(wt, "checkout", "-q", "--detach", sha)
+        for name, frags in settings.items():
+            out = wt / f".o-{name}"
+            say(f"check-series: {i} {subject[:60]} (options {name})")
+            build.configure_dir(wt, out, frags)
+            try:
+                build.compile_dir(wt, out, f"check-{name}", jobs)
+            except LabError as err:
+                raise LabError(f"patch {i} ({subject}) does not build with the series "
+                               f"options {name}: {err}") from None
+            results.append((i, subject, name))
+    return results
+
+
+def run(builds=False, jobs=None):
+    src = tree.ensure_patched()
+    files = tree.series_files()
+    if not files:
+        raise LabError("patches/series is empty: nothing to check")
+    failed = []
+    for i, patch in enumerate(files, 1):
+        ok, summary = checkpatch(patch, src)
+        say(f"check-series: checkpatch {i}/{len(files)} {patch.name}: "
+            f"{'ok' if ok else 'FAILED'}, {summary}")
+        if not ok:
+            failed.append(patch.name)
+    if builds:
+        done = build_each(jobs)
+        say(f"check-series: {len(done)} builds passed "
+            f"({len(files)} patches x options on and off)")
+    if failed:
+        raise LabError(f"checkpatch --strict complains about {', '.join(failed)}: "
+                       f"fix them in build/patched and `make export`")
+    return 0

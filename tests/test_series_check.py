@@ -1,0 +1,63 @@
+"""`lab check-series`: checkpatch --strict on every patch of the series.
+
+The series itself is checked here, with the checkpatch.pl of the patched
+tree `make test` has just built; so is a patch written badly on purpose,
+so the check is seen to fail.  Building every patch with the options on
+and off (`--builds`) takes too long for CI and is run by hand before
+export (README, "Working on the series").
+"""
+
+import pytest
+
+from lab import paths, series_check, tree
+
+BAD = """\
+From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: unflush developers <unflush@example.org>
+Date: Sun, 22 Nov 2026 08:00:00 +0000
+Subject: [PATCH] mm: a badly written patch
+
+Signed-off-by: unflush developers <unflush@example.org>
+---
+ mm/memory.c | 1 +
+ 1 file changed, 1 insertion(+)
+
+diff --git a/mm/memory.c b/mm/memory.c
+--- a/mm/memory.c
++++ b/mm/memory.c
+@@ -92,6 +92,7 @@
+ #include "pgalloc-track.h"
+ #include "internal.h"
+ #include "swap.h"
++int  unflush_bad_style=1; 
+ 
+ #if defined(LAST_CPUPID_NOT_IN_PAGE_FLAGS) && !defined(CONFIG_COMPILE_TEST)
+ #warning Unfortunate NUMA and NUMA Balancing config, growing page-frame for last_cpupid.
+"""
+
+
+@pytest.fixture(scope="module")
+def src():
+    return tree.ensure_patched()
+
+
+@pytest.mark.parametrize("patch", tree.series_files(), ids=lambda p: p.name[:40])
+def test_every_patch_of_the_series_is_checkpatch_strict_clean(src, patch):
+    ok, summary = series_check.checkpatch(patch, src)
+    assert ok, summary
+
+
+def test_a_badly_written_patch_is_refused(src, tmp_path):
+    bad = tmp_path / "0001-bad.patch"
+    bad.write_text(BAD)
+    ok, summary = series_check.checkpatch(bad, src)
+    assert not ok
+    assert "ERROR:" in summary and "trailing whitespace" in summary.lower()
+
+
+def test_off_fragment_turns_every_series_option_off(tmp_path):
+    frag = series_check.off_fragment(tmp_path)
+    names = series_check.series_options()
+    assert "CONFIG_TLB_BATCHING_SWITCHES" in names
+    assert frag.read_text().splitlines() == [f"# {n} is not set" for n in names]
+    assert (paths.CONFIG / "series.config").exists()

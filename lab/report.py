@@ -3,7 +3,7 @@
 One table per experiment: a row per metric, a column per configuration
 (vanilla, patched, patched/<switch>=0), each cell the median over the
 repetitions with its min-max, then the ratio of each configuration to
-vanilla.  Counts come first, time last: counts are exact under emulation,
+vanilla and of each mechanism on to off.  Counts come first, time last: counts are exact under emulation,
 time is not (see the note the report opens with).
 """
 
@@ -80,17 +80,31 @@ def config_order(configs):
     return sorted(configs, key=lambda c: (c != "vanilla", c != "patched", c != "host", c))
 
 
+def ratios(order):
+    """(numerator, denominator, heading) of the ratio columns: every
+    configuration against vanilla, and each kernel with a mechanism on
+    against the same kernel with it switched off (`patched/zap_ptes=0`),
+    which is the before/after the mechanism's seed reported."""
+    out = []
+    if "vanilla" in order:
+        out += [(c, "vanilla", f"{c}/vanilla") for c in order if c != "vanilla"]
+    for c in order:
+        kernel, _, switch = c.partition("/")
+        if switch.endswith("=0") and kernel in order:
+            out.append((kernel, c, f"{switch[:-2]} on/off"))
+    return out
+
+
 def table(exp_id, configs):
     order = config_order(configs)
-    base = "vanilla" if "vanilla" in configs else None
-    others = [c for c in order if c != base] if base else []
-    head = ["metric", *order, *[f"{c}/{base}" for c in others]]
+    cols = ratios(order)
+    head = ["metric", *order, *[h for _, _, h in cols]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in metrics_of(configs):
         stats = {c: summary([metric_value(r, name) for r in configs[c]]) for c in order}
         row = [name] + [cell(stats[c], name) for c in order]
-        for c in others:
-            a, b = stats.get(c), stats.get(base)
+        for num, den, _ in cols:
+            a, b = stats.get(num), stats.get(den)
             row.append(f"{a[0] / b[0]:.3f}" if a and b and b[0] else "-")
         lines.append("| " + " | ".join(row) + " |")
     n = {c: len(configs[c]) for c in order}

@@ -58,23 +58,23 @@ def _experiments():
         for size in FOLIO_SIZES:
             out.append(Experiment(f"munmap-folio-size/{size}{sfx}",
                                   f"munmap-folio-size --size {size} --shape {shape}",
-                                  "anon", "zap_pte", "000"))
+                                  "anon", "zap_ptes", "000"))
         for size in ("64K", "4K"):
             out.append(Experiment(f"pageout-mthp/{size}{sfx}",
                                   f"pageout-mthp --size {size} --shape {shape}",
                                   "anon", "anon_unmap", "002"))
         out.append(Experiment(f"swap-loop{sfx}", f"swap-loop --shape {shape}",
-                              "anon", "reclaim", "004"))
+                              "anon", "unmap_flush", "004"))
     out.append(Experiment("migrate-loop", "migrate-loop --shape threads", "numa",
-                          "reclaim", "004"))
+                          "unmap_flush", "004"))
     out.append(Experiment("migrate-loop/single", "migrate-loop --shape single", "numa",
-                          "reclaim", "004"))
+                          "unmap_flush", "004"))
     out.append(Experiment("ro-reclaim-tiering", "ro-reclaim-tiering --files "
                           "/data/model0,/data/model1,/data/model2", "numa", "luf", "001"))
     for hvo in (0, 1):
         out.append(Experiment(f"hugetlb-hvo/hvo={hvo}",
                               f"hugetlb-hvo --hvo {hvo}", "hugetlb",
-                              "hvo" if hvo else None, "003"))
+                              "hvo_flush" if hvo else None, "003"))
     return out
 
 

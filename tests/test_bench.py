@@ -15,9 +15,9 @@ def test_switch_off_runs_only_on_patched_kernels():
     exps = suite.select(["munmap-folio-size/64K"])[:1]
     van = bench.guest_script(exps, "vanilla", quick=True)
     pat = bench.guest_script(exps, "patched", quick=True)
-    assert "zap_pte" not in van
-    assert "echo 0 > /sys/kernel/mm/tlb_batching/zap_pte" in pat
-    assert "UNFLUSH-BEGIN munmap-folio-size/64K patched/zap_pte=0" in pat
+    assert "zap_ptes" not in van
+    assert "echo 0 > /sys/kernel/mm/tlb_batching/zap_ptes" in pat
+    assert "UNFLUSH-BEGIN munmap-folio-size/64K patched/zap_ptes=0" in pat
     assert "--reps 1 --quick" in van
 
 
@@ -57,3 +57,18 @@ def test_report_medians_and_ratio(tmp_path):
     text = (tmp_path / "report.md").read_text()
     assert "| tlb_shootdown_irqs | 20 [10-30] | 2 [1-3] | 0.100 |" in text
     assert "| elapsed_s | 2 [1-3] | 1 | 0.500 |" in text
+
+
+def test_report_has_switch_on_off_ratio(tmp_path):
+    reps = lambda xs: [json.loads(rec("x", t, i, nr_tlb_remote_flush=i)[15:]) for t, i in xs]
+    doc = {"meta": {"date": "d", "host": "h", "mode": "tcg", "quick": True, "reps": 1,
+                    "kernels": {"vanilla": {"release": "6.12.117"}}, "series": []},
+           "experiments": {"swap-loop": {"vanilla": reps([(2.0, 40)]),
+                                         "patched": reps([(1.0, 10)]),
+                                         "patched/unmap_flush=0": reps([(2.0, 40)])}},
+           "failures": []}
+    report.write(tmp_path, doc)
+    text = (tmp_path / "report.md").read_text()
+    assert ("| metric | vanilla | patched | patched/unmap_flush=0 | patched/vanilla "
+            "| patched/unmap_flush=0/vanilla | unmap_flush on/off |") in text
+    assert "| tlb_shootdown_irqs | 40 | 10 | 40 | 0.250 | 1.000 | 0.250 |" in text

@@ -4,8 +4,9 @@ does not import the report's plotting libraries."""
 
 def add(p):
     p.add_argument("-e", "--experiment", action="append", metavar="ID",
-                   help="run only this experiment (repeatable; prefix match on "
-                        "ids like munmap-folio-size/64K); --list shows them")
+                   help="run only this experiment (repeatable): an exact id like "
+                        "munmap-folio-size/64K, else every id it starts, like "
+                        "munmap-folio-size; --list shows them")
     p.add_argument("--list", action="store_true", help="list experiments and exit")
     p.add_argument("-k", "--kernels", default="vanilla,patched",
                    help="comma-separated kernel variants (default vanilla,patched)")

@@ -82,13 +82,15 @@ EXPERIMENTS = _experiments()
 
 
 def select(patterns):
-    """Experiments whose id starts with one of `patterns` (all if none)."""
+    """The experiment a pattern names exactly, else those whose id starts
+    with it (all if no pattern): `pageout-mthp/64K` is that one experiment,
+    `pageout-mthp` all four."""
     if not patterns:
         return list(EXPERIMENTS)
     chosen = []
     for pat in patterns:
-        hits = [e for e in EXPERIMENTS if e.id == pat or e.id.startswith(pat.rstrip("/") + "/")
-                or e.id.startswith(pat)]
+        hits = ([e for e in EXPERIMENTS if e.id == pat] or
+                [e for e in EXPERIMENTS if e.id.startswith(pat)])
         if not hits:
             raise LabError(f"unknown experiment {pat!r}: `python3 -m lab bench --list` "
                            f"shows them", exit_code=2)

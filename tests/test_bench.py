@@ -72,3 +72,10 @@ def test_report_has_switch_on_off_ratio(tmp_path):
     assert ("| metric | vanilla | patched | patched/unmap_flush=0 | patched/vanilla "
             "| patched/unmap_flush=0/vanilla | unmap_flush on/off |") in text
     assert "| tlb_shootdown_irqs | 40 | 10 | 40 | 0.250 | 1.000 | 0.250 |" in text
+
+
+def test_select_exact_id_then_prefix():
+    assert [e.id for e in suite.select(["pageout-mthp/64K"])] == ["pageout-mthp/64K"]
+    assert {e.id for e in suite.select(["pageout-mthp"])} == {
+        "pageout-mthp/64K", "pageout-mthp/4K", "pageout-mthp/64K/threads",
+        "pageout-mthp/4K/threads"}

@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "unflush.h"
@@ -184,34 +183,12 @@ static void run_reclaim(struct phase *p, struct fields *checks, bool quick)
 	munmap(mem, bytes);
 }
 
-static long move_to(char *mem, size_t pages, int node)
-{
-	void **addr = calloc(pages, sizeof(*addr));
-	int *nodes = calloc(pages, sizeof(*nodes));
-	int *status = calloc(pages, sizeof(*status));
-	long moved = 0;
-
-	if (!addr || !nodes || !status)
-		die(1, "out of memory");
-	for (size_t i = 0; i < pages; i++) {
-		addr[i] = mem + i * PAGE_SIZE_4K;
-		nodes[i] = node;
-	}
-	if (syscall(SYS_move_pages, 0, pages, addr, nodes, status, 0))
-		die(1, "move_pages to node %d: %s", node, strerror(errno));
-	for (size_t i = 0; i < pages; i++)
-		moved += status[i] == node;
-	free(addr);
-	free(nodes);
-	free(status);
-	return moved;
-}
-
 static void run_migrate(struct phase *p, struct fields *checks, bool quick)
 {
 	size_t bytes = quick ? 4 * MiB : 16 * MiB, pages = bytes / PAGE_SIZE_4K;
-	int nodes[2];
+	struct mover mover;
 	long there, back;
+	int nodes[2];
 	char *mem;
 
 	if (node_list("has_memory", nodes, 2) < 2)
@@ -219,11 +196,13 @@ static void run_migrate(struct phase *p, struct fields *checks, bool quick)
 	mthp_set_only(4);
 	mem = map_private(bytes);
 	fill(mem, pages);
-	move_to(mem, pages, nodes[0]);
+	mover_init(&mover, mem, bytes);
+	mover_move(&mover, nodes[0]);
 	phase_begin(p);
-	there = move_to(mem, pages, nodes[1]);
-	back = move_to(mem, pages, nodes[0]);
+	there = mover_move(&mover, nodes[1]);
+	back = mover_move(&mover, nodes[0]);
 	phase_end(p);
+	mover_free(&mover);
 	field_int(checks, "moved_there", there);
 	field_int(checks, "moved_back", back);
 	if (there < (long)pages * 9 / 10 || back < (long)pages * 9 / 10)

@@ -13,11 +13,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
-#include <linux/mempolicy.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "unflush.h"
@@ -45,52 +43,26 @@ static const char usage[] =
 struct working_set {
 	char *mem;
 	size_t len;
-	long n;			/* pages */
-	void **pages;
-	int *nodes, *status;
+	struct mover mover;
 };
-
-/* Move every page to @node; returns how many are there afterwards. */
-static long move_all(struct working_set *ws, int node)
-{
-	long ret, moved = 0;
-
-	for (long i = 0; i < ws->n; i++)
-		ws->nodes[i] = node;
-	ret = syscall(SYS_move_pages, 0, ws->n, ws->pages, ws->nodes,
-		      ws->status, MPOL_MF_MOVE);
-	if (ret < 0)
-		die(1, "move_pages to node %d: %s%s", node, strerror(errno),
-		    errno == ENOSYS ? " (kernel needs CONFIG_NUMA and CONFIG_MIGRATION)" : "");
-	for (long i = 0; i < ws->n; i++)
-		moved += ws->status[i] == node;
-	return moved;
-}
 
 static void working_set_init(struct working_set *ws, size_t len)
 {
 	ws->len = len;
-	ws->n = len / PAGE_SIZE_4K;
 	ws->mem = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	ws->pages = malloc(ws->n * sizeof(*ws->pages));
-	ws->nodes = malloc(ws->n * sizeof(*ws->nodes));
-	ws->status = malloc(ws->n * sizeof(*ws->status));
-	if (ws->mem == MAP_FAILED || !ws->pages || !ws->nodes || !ws->status)
+	if (ws->mem == MAP_FAILED)
 		die(1, "cannot allocate a %zu MiB working set; use a smaller --mem",
 		    len / MiB);
-	for (long i = 0; i < ws->n; i++) {
-		ws->pages[i] = ws->mem + i * PAGE_SIZE_4K;
-		ws->mem[i * PAGE_SIZE_4K] = 1;
-	}
+	for (size_t off = 0; off < len; off += PAGE_SIZE_4K)
+		ws->mem[off] = 1;
+	mover_init(&ws->mover, ws->mem, len);
 }
 
 static void working_set_free(struct working_set *ws)
 {
 	munmap(ws->mem, ws->len);
-	free(ws->pages);
-	free(ws->nodes);
-	free(ws->status);
+	mover_free(&ws->mover);
 }
 
 int main(int argc, char **argv)
@@ -133,11 +105,11 @@ int main(int argc, char **argv)
 		fields_clear(&extra);
 		working_set_init(&ws, mem);
 		/* start from a known place, outside the measurement */
-		move_all(&ws, nodes[0]);
+		mover_move(&ws.mover, nodes[0]);
 		busy = shape_start(&o, cpu, ws.mem, ws.len);
 		phase_begin(&p);
 		for (long r = 0; r < rounds; r++)
-			moved += move_all(&ws, nodes[(r + 1) % 2]);
+			moved += mover_move(&ws.mover, nodes[(r + 1) % 2]);
 		phase_end(&p);
 		busy_stop(busy);
 		working_set_free(&ws);

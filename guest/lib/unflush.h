@@ -117,6 +117,19 @@ int node_list(const char *name, int *nodes, int max);
 /* Parse a kernel list ("0-3,8"); false on malformed input. */
 bool parse_list(const char *text, bool *set, int max);
 
+/* --- migrate.c: move_pages(2) of a whole range --- */
+
+/* The arrays move_pages(2) takes, made once so a move allocates nothing. */
+struct mover {
+	long n;			/* pages */
+	void **pages;
+	int *nodes, *status;
+};
+void mover_init(struct mover *m, char *mem, size_t len);
+/* Move every page to @node; returns how many are there afterwards. */
+long mover_move(struct mover *m, int node);
+void mover_free(struct mover *m);
+
 /* --- busy.c: --shape threads --- */
 
 /*

@@ -98,4 +98,3 @@ def run_image(command, dest, layers=()):
                 shutil.copyfileobj(extra, out)
         out.write(cpio([("run.sh", script.encode(), 0o755)]))
     return dest
-

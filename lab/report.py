@@ -3,8 +3,9 @@
 One table per experiment: a row per metric, a column per configuration
 (vanilla, patched, patched/<switch>=0), each cell the median over the
 repetitions with its min-max, then the ratio of each configuration to
-vanilla and of each mechanism on to off.  Counts come first, time last: counts are exact under emulation,
-time is not (see the note the report opens with).
+vanilla and of each mechanism on to off.  Counts come first, time last:
+counts are exact under emulation, time is not (see the note the report
+opens with).
 """
 
 import statistics

@@ -73,25 +73,24 @@ def worktree():
     return wt
 
 
-def commits():
-    """(sha, subject) of the patched tree's commits, oldest first; they must
-    be the series as it is in patches/."""
-    src = tree.ensure_patched()
+def commits(src):
+    """(sha, subject) of the commits of the patched tree `src` (made from
+    patches/ by tree.ensure_patched()), oldest first."""
     log = tree.git(src, "log", "--reverse", "--format=%H %s",
                    f"{tree.BASE_TAG}..HEAD").stdout.splitlines()
     return [tuple(line.split(" ", 1)) for line in log]
 
 
-def build_each(jobs=None):
-    """Build every commit with the series options on and off; stop at the
-    first failure with the patch's subject in the message."""
+def build_each(src, jobs=None):
+    """Build every commit of `src` with the series options on and off; stop
+    at the first failure with the patch's subject in the message."""
     wt = worktree()
     lab_config = paths.CONFIG / "lab.config"
     series_config = paths.CONFIG / "series.config"
     settings = {"on": [lab_config, series_config],
                 "off": [lab_config, off_fragment(wt / ".o-off")]}
     results = []
-    for i, (sha, subject) in enumerate(commits(), 1):
+    for i, (sha, subject) in enumerate(commits(src), 1):
         tree.git(wt, "checkout", "-q", "--detach", sha)
         for name, frags in settings.items():
             out = wt / f".o-{name}"
@@ -119,7 +118,7 @@ def run(builds=False, jobs=None):
         if not ok:
             failed.append(patch.name)
     if builds:
-        done = build_each(jobs)
+        done = build_each(src, jobs)
         say(f"check-series: {len(done)} builds passed "
             f"({len(files)} patches x options on and off)")
     if failed:

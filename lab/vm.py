@@ -132,6 +132,11 @@ def qemu_command(image, initrd, shape, console_log, output_log, accel):
     return cmd
 
 
+# The first faulting instruction of an oops: with it a one-line error says
+# where the kernel died even when the console log is gone (a CI machine).
+RIP = re.compile(r"^\[[ \d.]+\] RIP: \S+:(\S+)", re.M)
+
+
 def find_splats(console):
     lines = console.splitlines()
     return [ln.strip() for ln in lines if SPLAT.search(ln)]
@@ -237,8 +242,10 @@ def run(kernel, command, shape=None, logdir=None, quiet=False, allow_splats=Fals
                    splats[0] if splats else None)
         if why is None and qemu.returncode != 0:
             why = f"QEMU exited with {qemu.returncode}: {qemu_out.strip()[-200:]}"
+        rip = RIP.search(console)
+        at = f" at {rip.group(1)}" if rip else ""
         raise LabError(f"guest {kernel.variant} died before the command finished: "
-                       f"{why or _last_line(console_log)!r} {where}")
+                       f"{why or _last_line(console_log)!r}{at} {where}")
     if splats and not allow_splats:
         raise LabError(f"guest {kernel.variant}: kernel splat in the console: "
                        f"{splats[0]!r} {where}")

@@ -2,7 +2,7 @@
 """Stands in for qemu-system-x86_64 in the runner's tests.
 
 Writes a canned kernel console (first -serial) and command output (second
--serial) chosen by FAKE_QEMU_MODE: ok, splat, panic, hang, setup-failed.
+-serial) chosen by FAKE_QEMU_MODE: ok, splat, panic, oops, hang, setup-failed.
 """
 
 import os
@@ -23,6 +23,11 @@ with open(console, "w") as c, open(output, "w") as o:
         o.write("fine\r\nUNFLUSH-EXIT 0\r\n")
     elif mode == "panic":
         c.write("[    1.0] Kernel panic - not syncing: Attempted to kill init!\n")
+    elif mode == "oops":
+        c.write("[    9.013349] Oops: int3: 0000 [#1] SMP\n"
+                "[    9.013774] RIP: 0010:can_migrate_task+0xfd/0x4c0\n"
+                "[    9.025156] RIP: 0010:can_migrate_task+0xfd/0x4c0\n"
+                "[    9.026000] Kernel panic - not syncing: Fatal exception in interrupt\n")
     elif mode == "setup-failed":
         o.write("UNFLUSH-SETUP-FAILED swapon /dev/zram0\r\n")
     elif mode == "hang":

@@ -44,6 +44,12 @@ def test_panic_is_a_clear_error(fake):
         fake("panic")
 
 
+def test_oops_error_says_where_the_kernel_died(fake):
+    with pytest.raises(LabError, match=r"died before the command finished: "
+                       r"'\[ +9.013349\] Oops: int3.*' at can_migrate_task\+0xfd/0x4c0 "):
+        fake("oops")
+
+
 def test_hang_times_out(fake):
     with pytest.raises(LabError, match="timed out after 2 s"):
         fake("hang", timeout=2)

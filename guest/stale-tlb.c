@@ -60,8 +60,8 @@
 #include "unflush.h"
 
 static const char usage[] =
-"usage: stale-tlb reclaim|migrate|anon [--trials N] [--pages N] [--file PATH]...\n"
-"                 [--linger N] [--keep-going] [--quick]\n"
+"usage: stale-tlb reclaim|migrate|anon|anon-32k [--trials N] [--pages N]\n"
+"                 [--file PATH]... [--linger N] [--keep-going] [--quick]\n"
 "\n"
 "A reader thread pinned alone on the last CPU keeps reading read-only pages\n"
 "while a helper process on the first CPU takes them away and at once\n"
@@ -76,10 +76,17 @@ static const char usage[] =
 "  anon         private anonymous pages, read-only (mprotect) and swapped\n"
 "               back in by a read fault, so their PTEs are clean and not\n"
 "               writable, then swapped out with MADV_PAGEOUT (needs swap)\n"
+"  anon-32k     the same in 32K folios (mTHP of 32K only, set here and put\n"
+"               back at exit): swapped back in whole, on a synchronous swap\n"
+"               device such as zram, so that the swap-out goes through the\n"
+"               batched unmap of a large folio and its deferred range flush;\n"
+"               32K, the largest size the per-cpu free lists keep, so that\n"
+"               the canary gets the freed folio back as surely as in anon\n"
 "\n"
 "  --trials N   trials in which every page was taken away (default 3000,\n"
 "               --quick 300)\n"
-"  --pages N    pages per trial (default 4, at most 64)\n"
+"  --pages N    pages per trial (default 4, anon-32k 8; at most 64; anon-32k:\n"
+"               a multiple of 8)\n"
 "  --file PATH  a file in the lab's data-disk format (lab/datadisk.py: page i\n"
 "               starts with the 64-bit little-endian i, the other 4088 bytes\n"
 "               are the same in every page), on a disk filesystem so that\n"
@@ -97,7 +104,8 @@ static const char usage[] =
 "violations (v<i>_trial, v<i>_addr, v<i>_offset, v<i>_expected, v<i>_seen,\n"
 "v<i>_kind: canary or foreign).  checks: taken_pages (pages whose PTE no\n"
 "longer mapped the old page after the take-away), reused_pages (old pages\n"
-"that became canary pages), expected_pages, missed_trials.\n"
+"that became canary pages), expected_pages, missed_trials; anon-32k:\n"
+"large_trials (trials whose pages were whole, aligned 32K runs of PFNs).\n"
 "Exit 0: no violation; 1: violations (result printed), or a precondition\n"
 "failed (no result); 2: usage.\n";
 
@@ -109,8 +117,11 @@ static const char usage[] =
 #define CANARY_MAGIC	0xCA9A2700ULL	/* high 32 bits of every canary word */
 #define WAIT_S		30.0
 
-enum mode { RECLAIM, MIGRATE, ANON };
-static const char *const mode_names[] = { "reclaim", "migrate", "anon" };
+enum mode { RECLAIM, MIGRATE, ANON, ANON_32K };
+static const char *const mode_names[] = {
+	"reclaim", "migrate", "anon", "anon-32k" };
+#define FOLIO_PAGES	8	/* anon-32k: pages per 32K folio */
+#define FOLIO_BYTES	(FOLIO_PAGES * PAGE_SIZE_4K)
 enum op { OP_TRIAL = 1, OP_EXIT };
 
 struct violation {
@@ -125,6 +136,7 @@ struct violation {
 struct ctl {
 	/* main -> reader */
 	_Atomic long trial;		/* 0: idle, -1: exit */
+	_Atomic int hold;		/* anon-32k: do not touch the pages */
 	uintptr_t va;
 	int npages;
 	uint64_t index[MAX_PAGES];	/* word 0 of each page */
@@ -134,6 +146,7 @@ struct ctl {
 	_Atomic long passes;		/* full passes over the current trial */
 	_Atomic long violations, bad_reads, printed;
 	_Atomic int reader_tid;
+	_Atomic int holding;		/* the reader saw hold and stopped */
 	struct violation v[MAX_DETAILS];
 	/* main -> helper */
 	_Atomic uint32_t cmd;		/* futex word: bumped per command */
@@ -240,6 +253,12 @@ static void *reader_main(void *arg)
 			cpu_relax();
 			continue;
 		}
+		if (atomic_load(&ctl->hold)) {
+			atomic_store(&ctl->holding, 1);
+			cpu_relax();
+			continue;
+		}
+		atomic_store(&ctl->holding, 0);
 		for (int i = 0; i < ctl->npages; i++) {
 			const volatile uint64_t *p = (const volatile uint64_t *)
 				(ctl->va + i * PAGE_SIZE_4K);
@@ -361,12 +380,16 @@ static void helper_main(int npages)
 	snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)owner);
 	owner_map = open(path, O_RDONLY);
 	self_map = open("/proc/self/pagemap", O_RDONLY);
-	canary = mmap(NULL, ncanary * PAGE_SIZE_4K, PROT_READ | PROT_WRITE,
-		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (pidfd < 0 || owner_map < 0 || self_map < 0 || canary == MAP_FAILED)
+	canary = map_aligned(ncanary * PAGE_SIZE_4K, FOLIO_BYTES);
+	if (pidfd < 0 || owner_map < 0 || self_map < 0)
 		helper_fail("helper set-up: %s", strerror(errno));
 	else
-		madvise(canary, ncanary * PAGE_SIZE_4K, MADV_NOHUGEPAGE);
+		/*
+		 * anon-32k: the reader's folio goes to the per-cpu list of its
+		 * order, so the canary asks for folios of that order too.
+		 */
+		madvise(canary, ncanary * PAGE_SIZE_4K, mode == ANON_32K ?
+			MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 
 	for (;;) {
 		uint32_t c;
@@ -409,7 +432,7 @@ struct run {
 	int self_map;
 	int nodes[8], nnodes;
 	/* tallies */
-	long done, attempts, missed, taken, reused, wrapped;
+	long done, attempts, missed, taken, reused, wrapped, large;
 };
 
 static pid_t helper_pid;
@@ -492,23 +515,44 @@ static void open_files(struct run *r)
 	}
 }
 
+static size_t trial_align(void)
+{
+	return mode == ANON_32K ? FOLIO_BYTES : PAGE_SIZE_4K;
+}
+
+/*
+ * Are @n PFNs runs of 8 consecutive PFNs, each starting at a multiple of
+ * 8?  What a 32K folio looks like from user space; the kernel's counters
+ * (mthp swpin, nr_tlb_anon_unmap_*) say the rest.
+ */
+static bool whole_folios(const uint64_t *pfn, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (pfn[i] != pfn[i - i % FOLIO_PAGES] + i % FOLIO_PAGES ||
+		    pfn[i - i % FOLIO_PAGES] % FOLIO_PAGES)
+			return false;
+	return true;
+}
+
 /* Map the next trial's pages at a fresh address; fault them in here. */
 static uintptr_t map_trial(struct run *r)
 {
 	size_t len = r->npages * PAGE_SIZE_4K;
-	char *va = r->va_next;
+	char *va = (char *)(((uintptr_t)r->va_next + trial_align() - 1) &
+			    ~(uintptr_t)(trial_align() - 1));
 
-	/* a guard page between trials; no address is ever mapped twice */
-	r->va_next += len + PAGE_SIZE_4K;
+	/* a guard between trials; no address is ever mapped twice */
+	r->va_next = va + len + trial_align();
 	if (r->va_next > r->va_end)
 		die(1, "out of reserved address space after %ld trials",
 		    r->attempts);
 
-	if (mode == ANON) {
+	if (mode >= ANON) {
 		if (mmap(va, len, PROT_READ | PROT_WRITE, MAP_PRIVATE |
 			 MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
 			die(1, "mmap: %s", strerror(errno));
-		madvise(va, len, MADV_NOHUGEPAGE);
+		madvise(va, len, mode == ANON_32K ? MADV_HUGEPAGE :
+			MADV_NOHUGEPAGE);
 		memcpy(ctl->tag, r->anon_tag, sizeof(ctl->tag));
 		for (int i = 0; i < r->npages; i++) {
 			uint64_t *q = (uint64_t *)(va + i * PAGE_SIZE_4K);
@@ -520,6 +564,8 @@ static uintptr_t map_trial(struct run *r)
 		/*
 		 * Read-only, out to swap, back in by a read fault: the PTE
 		 * is then neither writable nor dirty, as after a file read.
+		 * anon-32k: the first read of a folio brings all 8 pages
+		 * back as one 32K folio (mTHP swap-in from zram).
 		 */
 		if (mprotect(va, len, PROT_READ))
 			die(1, "mprotect: %s", strerror(errno));
@@ -564,6 +610,8 @@ static uintptr_t map_trial(struct run *r)
 		if (!ctl->victim_pfn[i])
 			die(1, "no PFN in /proc/self/pagemap: run as root");
 	}
+	if (mode == ANON_32K)
+		r->large += whole_folios(ctl->victim_pfn, r->npages);
 	return (uintptr_t)va;
 }
 
@@ -596,8 +644,27 @@ static void one_trial(struct run *r)
 	atomic_store_explicit(&ctl->trial, t, memory_order_release);
 	wait_reader(t, 1, "read the trial's pages");
 
+	/*
+	 * anon-32k: the reader keeps its translations but stops reading while
+	 * the pages are taken away.  Writing a dirty large folio to zram takes
+	 * long enough that a reader faulting right after a correct flush
+	 * would find the folio still in the swap cache, map it again and keep
+	 * it from being freed: most trials were missed that way.  A stale
+	 * entry needs no reads to survive under TCG; the reads after the
+	 * canary is written are the ones that count.
+	 */
+	if (mode == ANON_32K) {
+		double t0 = now_s();
+
+		atomic_store(&ctl->hold, 1);
+		while (!atomic_load(&ctl->holding))
+			if (now_s() - t0 > WAIT_S)
+				die(1, "the reader did not pause within %.0f s (trial %ld)",
+				    WAIT_S, t);
+	}
 	/* take them away, and hand them to the canary at once */
 	helper_command(OP_TRIAL);
+	atomic_store(&ctl->hold, 0);
 
 	/* the reader goes on reading: it must only ever see the pages' data */
 	wait_reader(t, atomic_load(&ctl->passes) + r->linger,
@@ -652,7 +719,7 @@ int main(int argc, char **argv)
 	static const char *const default_files[] = {
 		"/data/model0", "/data/model1", "/data/model2" };
 	struct fields extra = { 0 }, checks = { 0 };
-	struct run r = { .npages = 4, .linger = 20, .page = 1, .serial = 1 };
+	struct run r = { .linger = 20, .page = 1, .serial = 1 };
 	long long vol0, invol0, vol1, invol1;
 	int cpus[MAX_CPUS], ncpus, opt;
 	bool quick = false;
@@ -696,17 +763,23 @@ int main(int argc, char **argv)
 		}
 	}
 	if (optind >= argc)
-		usage_error("say which mode: reclaim, migrate or anon");
-	for (mode = RECLAIM; mode <= ANON; mode++)
+		usage_error("say which mode: reclaim, migrate, anon or anon-32k");
+	for (mode = RECLAIM; mode <= ANON_32K; mode++)
 		if (!strcmp(argv[optind], mode_names[mode]))
 			break;
-	if (mode > ANON)
-		usage_error("unknown mode '%s': reclaim, migrate or anon",
+	if (mode > ANON_32K)
+		usage_error("unknown mode '%s': reclaim, migrate, anon or anon-32k",
 			    argv[optind]);
 	if (optind + 1 < argc)
 		usage_error("unexpected argument '%s'", argv[optind + 1]);
-	if (mode == ANON && r.nfiles)
-		usage_error("anon mode reads no file: drop --file");
+	if (mode >= ANON && r.nfiles)
+		usage_error("%s mode reads no file: drop --file",
+			    mode_names[mode]);
+	if (!r.npages)
+		r.npages = mode == ANON_32K ? FOLIO_PAGES : 4;
+	if (mode == ANON_32K && r.npages % FOLIO_PAGES)
+		usage_error("--pages %d: anon-32k takes whole 32K folios, a multiple of %d",
+			    r.npages, FOLIO_PAGES);
 	if (!r.trials)
 		r.trials = quick ? 300 : 3000;
 	snprintf(name, sizeof(name), "stale-tlb/%s", mode_names[mode]);
@@ -727,8 +800,10 @@ int main(int argc, char **argv)
 			die(1, "migrate needs 2 NUMA nodes with memory, this machine has %d; boot the guest with a second node (python3 -m lab run --node1 512M)",
 			    r.nnodes < 0 ? 0 : r.nnodes);
 	}
-	if (mode == ANON) {
+	if (mode >= ANON) {
 		require_swap(2 * r.npages * PAGE_SIZE_4K);
+		if (mode == ANON_32K)
+			mthp_set_only(4 * FOLIO_PAGES);
 	} else if (!r.nfiles) {
 		for (int i = 0; i < 3; i++)
 			if (!access(default_files[i], R_OK))
@@ -745,7 +820,7 @@ int main(int argc, char **argv)
 	r.self_map = open("/proc/self/pagemap", O_RDONLY);
 	if (r.self_map < 0)
 		die(1, "cannot open /proc/self/pagemap: %s", strerror(errno));
-	if (mode == ANON) {
+	if (mode >= ANON) {
 		uint64_t x = 0x5354414c45544c42ULL ^ (uint64_t)getpid() << 32;
 
 		for (int w = 1; w < (int)WORDS; w++) {
@@ -761,7 +836,7 @@ int main(int argc, char **argv)
 	}
 	max_missed = r.trials / 10 + 10;
 	reserve = (size_t)(r.trials + max_missed + 1) *
-		  (r.npages + 1) * PAGE_SIZE_4K;
+		  (r.npages * PAGE_SIZE_4K + 2 * trial_align());
 	r.va_next = mmap(NULL, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
 			 MAP_NORESERVE, -1, 0);
 	if (r.va_next == MAP_FAILED)
@@ -803,11 +878,15 @@ int main(int argc, char **argv)
 		die(1, "in %ld of %ld trials the kernel did not take every page away (%ld of %ld pages taken): the test proves nothing; %s",
 		    r.missed, r.attempts, r.taken, r.attempts * r.npages,
 		    mode == MIGRATE ? "is the other node short of free memory?" :
-		    mode == ANON ? "is swap full?" :
+		    mode >= ANON ? "is swap full?" :
 		    "is the file on a disk filesystem (tmpfs pages need swap)?");
 	if (!violations && r.reused * 2 < r.attempts * r.npages)
 		die(1, "the canary process got only %ld of the %ld freed pages: the test proves little; is something else allocating on CPU %d?",
 		    r.reused, r.attempts * r.npages, main_cpu);
+
+	if (!violations && mode == ANON_32K && r.large * 2 < r.attempts)
+		die(1, "only %ld of %ld trials had their pages in whole 32K folios: the batched path was hardly tried; is swap fragmented or memory short?",
+		    r.large, r.attempts);
 
 	field_int(&extra, "trials", r.done);
 	field_int(&extra, "violations", violations);
@@ -816,7 +895,7 @@ int main(int argc, char **argv)
 	field_int(&extra, "linger_passes", r.linger);
 	field_int(&extra, "cpu_reader", reader_cpu);
 	field_int(&extra, "cpu_helper", main_cpu);
-	field_str(&extra, "file", mode == ANON ? "(anonymous)" : r.files[0].path);
+	field_str(&extra, "file", mode >= ANON ? "(anonymous)" : r.files[0].path);
 	for (long i = 0; i < violations && i < MAX_DETAILS; i++) {
 		struct violation *v = &ctl->v[i];
 		char key[32], val[32];
@@ -846,6 +925,8 @@ int main(int argc, char **argv)
 	field_int(&checks, "reused_pages", r.reused);
 	field_int(&checks, "expected_pages", r.attempts * r.npages);
 	field_int(&checks, "file_wraps", r.wrapped);
+	if (mode == ANON_32K)
+		field_int(&checks, "large_trials", r.large);
 	field_int(&checks, "reader_voluntary_switches", vol1 - vol0);
 	field_int(&checks, "reader_involuntary_switches", invol1 - invol0);
 	report_result(experiment, "threads", 0, &p, &extra, &checks);

@@ -37,7 +37,7 @@ SLOWDOWN = {"vanilla": 1, "patched": 1, "debug": 4}
 # guest/stale-tlb.c: a reader keeps reading read-only pages that another
 # process takes away (reclaim, migration, anon swap-out) and refills with a
 # canary; any read of the canary is a violation (docs/stale-tlb.md).
-STALE_TLB_MODES = ("reclaim", "migrate", "anon")
+STALE_TLB_MODES = ("reclaim", "migrate", "anon", "anon-32k")
 PARTS = ("selftests", "stress", "stale-tlb")
 
 

@@ -8,7 +8,9 @@ path means every PTE the batch had cleared is put back with its own bits;
 (b) with swap full, and (c) a normal pageout, every page must keep its own
 bits.  It runs with the anon_unmap switch on and off in one boot: on, the
 work goes through the batched path (and part a rolls two batches back); off,
-through the one-at-a-time path; the outcome must be the same.
+through the one-at-a-time path; the outcome must be the same.  On the
+`broken` kernel, whose patches/testing/0002 takes the rollback out, part a
+must fail.
 """
 
 import json
@@ -16,6 +18,7 @@ import json
 import pytest
 
 from lab import build, vm
+from lab.errors import LabError
 
 pytestmark = pytest.mark.vm
 
@@ -58,11 +61,14 @@ def finished(runs, value):
     return run["result"]
 
 
+def shape():
+    # a small zram, so that part b fills it quickly
+    return vm.VMShape(cpus=2, mem="1G", zram="64M", timeout=900)
+
+
 @pytest.fixture(scope="module")
 def guest_run():
-    # a small zram, so that part b fills it quickly
-    shape = vm.VMShape(cpus=2, mem="1G", zram="64M", timeout=900)
-    return vm.run(build.built("patched"), script(), shape, quiet=True)
+    return vm.run(build.built("patched"), script(), shape(), quiet=True)
 
 
 def test_pages_keep_their_state_with_the_switch_on_and_off(guest_run):
@@ -97,3 +103,24 @@ def test_switch_moves_swap_out_between_the_paths(guest_run):
     assert c_off["nr_tlb_anon_unmap_batches_failed"] == 0, summary
     assert c_off["nr_tlb_anon_unmap_ptes_single"] > c_on["nr_tlb_anon_unmap_ptes_single"], summary
     assert c_off["nr_tlb_anon_unmap_ptes_single"] >= c_on["nr_tlb_anon_unmap_ptes_batched"], summary
+
+
+def test_rollback_removed_is_caught():
+    """Without the rollback the PTEs of a failed batch stay cleared: part a
+    must say a page of the pinned folio lost its PTE.  The kernel's own
+    rss accounting then complains too (a splat, allowed here)."""
+    kernel = build.built("broken")
+    logdir = vm.new_logdir(kernel)
+    command = "anon-unmap-rollback --reps 1; echo ROLLBACK-EXIT $?; grep anon_unmap /proc/vmstat"
+    try:
+        output = vm.run(kernel, command, shape(), logdir=logdir, quiet=True,
+                        allow_splats=True).output
+    except LabError:  # the mismatch line is written before anything else
+        output = (logdir / "output.log").read_text(errors="replace")
+    lost = [ln for ln in output.splitlines()
+            if ln.startswith("anon-unmap-rollback: a (pinned)")]
+    assert lost and "its PTE was lost" in lost[0], output[-3000:]
+    assert "ROLLBACK-EXIT 1" in output, output[-3000:]
+    failed = [ln for ln in output.splitlines()
+              if ln.startswith("nr_tlb_anon_unmap_batches_failed ")]
+    assert failed and int(failed[0].split()[1]) >= PINNED_FOLIOS, output[-3000:]

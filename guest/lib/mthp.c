@@ -73,7 +73,7 @@ static long long large_folio_faults(const struct phase *p)
 	return sum;
 }
 
-static char *map_aligned(size_t bytes, size_t align)
+char *map_aligned(size_t bytes, size_t align)
 {
 	char *raw, *p;
 

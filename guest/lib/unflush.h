@@ -225,6 +225,8 @@ void report_result(const char *experiment, const char *shape, int rep,
 
 /* Enable anonymous mTHP of @folio_kb only (4 = none), restored at exit. */
 void mthp_set_only(unsigned long folio_kb);
+/* @bytes of private anonymous read-write memory at an @align boundary */
+char *map_aligned(size_t bytes, size_t align);
 /*
  * Map @bytes of private anonymous memory, aligned so every folio of
  * @folio_kb fits, MADV_HUGEPAGE it and write one byte to every page.

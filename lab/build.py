@@ -1,11 +1,15 @@
 """Configure and build the lab's kernels.
 
-Four variants, from config fragments in config/:
+Five variants, from config fragments in config/:
 
-  vanilla  build/vanilla  tinyconfig + lab.config
-  patched  build/patched  tinyconfig + lab.config + series.config
-  debug    build/patched  tinyconfig + lab.config + series.config + debug.config
-  broken   build/broken   tinyconfig + lab.config + series.config; the series
+  vanilla        build/vanilla  tinyconfig + lab.config
+  patched        build/patched  tinyconfig + lab.config + series.config
+  debug          build/patched  tinyconfig + lab.config + series.config +
+                                debug.config
+  vanilla-debug  build/vanilla  tinyconfig + lab.config + debug.config: what
+                                debug is compared with (the debug options make
+                                timing-bound selftests fail on their own)
+  broken         build/broken   tinyconfig + lab.config + series.config; the series
                           plus patches/testing/, a kernel broken on purpose so
                           the safety tests can be shown to fail (docs/stale-tlb.md)
 
@@ -34,6 +38,7 @@ VARIANTS = {
     "vanilla": ("vanilla", ["lab.config"]),
     "patched": ("patched", ["lab.config", "series.config"]),
     "debug": ("patched", ["lab.config", "series.config", "debug.config"]),
+    "vanilla-debug": ("vanilla", ["lab.config", "debug.config"]),
     "broken": ("broken", ["lab.config", "series.config"]),
 }
 

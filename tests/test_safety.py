@@ -353,13 +353,27 @@ def test_build_failures_name_the_program_and_its_error(tmp_path):
         "khugepaged": "'KSFT_SKIP' undeclared (first use)"}
 
 
+def test_each_kernel_is_compared_with_its_own_baseline():
+    runs = {k: object() for k in ("vanilla", "patched", "debug")}
+    assert safety.baseline_of("patched", runs) is runs["vanilla"]
+    assert safety.baseline_of("vanilla", runs) is None
+    # debug is never held against the full-speed vanilla
+    assert safety.baseline_of("debug", runs) is None
+    runs["vanilla-debug"] = object()
+    assert safety.baseline_of("debug", runs) is runs["vanilla-debug"]
+    assert safety.baseline_of("vanilla-debug", runs) is None
+
+
 # --- the quick suite on the real kernels ------------------------------------------------
 
 def built_kernels():
+    """vanilla and patched; the debug pair too when both are built (a debug
+    kernel alone has nothing to be compared with)."""
     kernels = ["vanilla", "patched"]
     try:
+        build.built("vanilla-debug")
         build.built("debug")
-        kernels.append("debug")
+        kernels += ["vanilla-debug", "debug"]
     except Exception:
         pass
     return kernels

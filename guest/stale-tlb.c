@@ -515,7 +515,7 @@ static size_t trial_align(void)
 /*
  * Are @n PFNs runs of 8 consecutive PFNs, each starting at a multiple of
  * 8?  What a 32K folio looks like from user space; the kernel's counters
- * (mthp swpin, nr_tlb_anon_unmap_*) say the rest.
+ * (mthp swpout, nr_tlb_anon_unmap_*) say the rest.
  */
 static bool whole_folios(const uint64_t *pfn, int n)
 {

@@ -273,7 +273,7 @@ class KernelRun:
     errors: list = field(default_factory=list)   # guests that died or hung
     env: list = field(default_factory=list)
     seconds: dict = field(default_factory=dict)
-    rerun: list | None = None   # a second run of the categories that regressed
+    reruns: list | None = None  # runs of the categories that regressed, one per boot
     stale: dict | None = None   # stale-tlb by mode, from parse.parse_stale_tlb()
 
 
@@ -326,20 +326,37 @@ def run_kernel(variant, soak, layer, outdir, parts=PARTS):
     return kr
 
 
+# How many more boots a lost test gets before it counts as a regression.
+# Some upstream tests are intermittent on vanilla too: ksm_tests -N -m 1
+# failed 5 of 32 runs on vanilla and 4 of 32 on patched (docs/safety.md).
+# At ~15% a single retry fails too about once in 45 runs of the suite (CI
+# saw it); three make that about one in 300.
+RERUN_TRIES = 3
+
+
 def confirm_regressions(kr, baseline, soak, layer, outdir):
-    """Run the categories in which `kr` lost a test vanilla passed once more
-    on `kr`.  A result that passes the second time is reported as such (not
-    hidden: an intermittent failure can be an intermittent stale entry) but
-    does not fail the run; one that fails twice does."""
+    """Run the categories in which `kr` lost a test its baseline passed
+    again on `kr`, each try in a fresh boot, until every lost test has
+    passed once or RERUN_TRIES boots have run.  A result that passes on a
+    retry is reported as such (not hidden: an intermittent failure can be an
+    intermittent stale entry) but does not fail the run; one that never
+    passes does."""
+    failed, _ = parse.regressions(baseline.tests, kr.tests)
     names = parse.regressed_categories(baseline.tests, kr.tests)
     if not names:
         return
-    say(f"safety: {kr.variant} lost tests in {', '.join(names)}: running them again")
     kernel = build.built(kr.variant)
     cats = [c for c in CATEGORIES if c.name in names]
-    out = run_guest(kernel, "rerun", selftest_script(cats, kr.variant),
-                    selftest_shape(soak, kr.variant), outdir, kr, layer)
-    kr.rerun = parse.parse_vmtests(out)
+    kr.reruns = []
+    for n in range(1, RERUN_TRIES + 1):
+        say(f"safety: {kr.variant} lost tests in {', '.join(names)}: "
+            f"running them again ({n}/{RERUN_TRIES})")
+        out = run_guest(kernel, f"rerun{n}", selftest_script(cats, kr.variant),
+                        selftest_shape(soak, kr.variant), outdir, kr, layer)
+        kr.reruns.append(parse.parse_vmtests(out))
+        still, _ = parse.confirm(failed, kr.reruns)
+        if not still:
+            return
 
 
 # --- judging and reporting --------------------------------------------------------
@@ -400,8 +417,8 @@ def summarize(kr, baseline=None):
         base = parse.flatten(baseline.tests)
         failed, skipped = parse.regressions(baseline.tests, kr.tests)
         flaky = []
-        if kr.rerun is not None:
-            failed, flaky = parse.confirm(failed, kr.rerun)
+        if kr.reruns is not None:
+            failed, flaky = parse.confirm(failed, kr.reruns)
 
         def named(keys):
             return [flat[k].name if k in flat else base[k].name for k in keys]

@@ -248,12 +248,14 @@ def regressions(baseline, other):
     return failed, skipped
 
 
-def confirm(failed, rerun):
-    """Split regressed keys by a second run of their categories: (still
-    failing or missing, passed the second time)."""
-    again = flatten(rerun)
-    flaky = [k for k in failed if k in again and again[k].status == "pass"]
-    return [k for k in failed if k not in flaky], flaky
+def confirm(failed, reruns):
+    """Split regressed keys by later runs of their categories (a list of
+    parsed runs): (failed or missing in every one, passed in at least one)."""
+    passed = set()
+    for run in reruns:
+        passed |= {k for k, t in flatten(run).items() if t.status == "pass"}
+    flaky = [k for k in failed if k in passed]
+    return [k for k in failed if k not in passed], flaky
 
 
 def regressed_categories(baseline, other):

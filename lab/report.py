@@ -24,11 +24,22 @@ EVIDENCE_PREFIXES = ("nr_tlb_", "tlb_flush/", "pswp", "pgmigrate_success",
                      "numa_pages_migrated", "nr_memmap_pages")
 EVIDENCE_SUFFIXES = ("/swpout", "/anon_fault_alloc")
 
-EMULATION_NOTE = """\
+EMULATION_NOTE = {
+    "tcg": """\
 Counts (interrupts, flushes, vmstat events) are exact. Times are guest times under
 QEMU TCG, an emulator: they are comparable only between configurations of the same
-run (interleaved boots), never with native figures. Each cell is the median over the
-repetitions, with [min-max]."""
+run (interleaved boots), never with native figures, and they also move with how
+each kernel's code happens to translate. A time ratio that the counts do not
+explain is to be checked with `--icount` before it is believed. Each cell is the
+median over the repetitions, with [min-max].""",
+    "icount": """\
+Counts (interrupts, flushes, vmstat events) are exact. Times are instruction counts
+(QEMU `-icount shift=0`: one guest nanosecond per instruction, all vCPUs on one
+host thread), repeatable to about 1 %; cross-CPU waiting shows up as instructions
+run elsewhere, not as time. Each cell is the median over the repetitions, with
+[min-max].""",
+    "host": "Native run on this machine's kernel: times are real.",
+}
 
 
 def metric_value(rep, name):
@@ -142,8 +153,7 @@ def write(out, doc):
             + (f", zram {s['zram']}" if s.get("zram") else "")
             for g, s in meta["vm_shapes"].items()))
         parts.append("")
-    parts += [EMULATION_NOTE if meta["mode"] != "host" else
-              "Native run on this machine's kernel: times are real.", ""]
+    parts += [EMULATION_NOTE[meta["mode"]], ""]
     if doc["failures"]:
         parts += ["## FAILED", ""]
         parts += [f"- {f['experiment']} on {f['configuration']} (round {f['round'] + 1}, "

@@ -104,8 +104,9 @@ def main(args):
             members = [e for e in experiments if e.group == group]
             for kernel in kernels:
                 step += 1
+                count = f"{len(members)} experiment" + ("s" if len(members) != 1 else "")
                 say(f"bench: [{step}/{total}] round {rnd + 1}/{reps}, {group} "
-                    f"({len(members)} experiments) on {kernel} "
+                    f"({count}) on {kernel} "
                     f"[{time.monotonic() - started:.0f}s]")
                 text = runner.run(kernel, group, members)
                 parse_output(text, members, results, failures,

@@ -139,12 +139,14 @@ def write(out, doc):
     meta = doc["meta"]
     parts = ["# unflush benchmark report", ""]
     kernels = ", ".join(f"{k} `{v['release']}`" for k, v in meta["kernels"].items())
+    reps = f"{meta['reps']} repetition" + ("s" if meta["reps"] != 1 else "")
     parts += [f"- date: {meta['date']}, host {meta['host']}, lab {meta.get('lab_commit')}",
-              f"- kernels: {kernels}",
-              f"- series: {meta.get('series_hash')} ({len(meta.get('series') or [])} "
-              f"patches) on Debian {meta.get('base_version')}",
-              f"- mode: {meta['mode']}{' (quick sizes)' if meta['quick'] else ''}, "
-              f"{meta['reps']} repetitions, interleaved by kernel",
+              f"- kernels: {kernels}"]
+    if meta.get("series_hash"):
+        parts.append(f"- series: {meta['series_hash']} ({len(meta.get('series') or [])} "
+                     f"patches) on Debian {meta.get('base_version')}")
+    parts += [f"- mode: {meta['mode']}{' (quick sizes)' if meta['quick'] else ''}, {reps}"
+              + (", interleaved by kernel" if len(meta["kernels"]) > 1 else ""),
               ""]
     if meta.get("vm_shapes"):
         parts.append("VM shapes: " + "; ".join(

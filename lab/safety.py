@@ -191,6 +191,20 @@ cd /safety/mm
 # the value it found after the userfaultfd tests: reserved here, the huge
 # pages are still there for cow, gup_longterm, pagemap_ioctl and migration
 echo 128 >/proc/sys/vm/nr_hugepages
+# run_vmtests.sh starts on-fault-limit (mlock) only as `sudo -u nobody`, and
+# skips it without sudo.  Everything here runs as root, so a sudo of four
+# lines does: `-u USER` through busybox su (USER must be in /etc/passwd),
+# anything else as root.
+mkdir -p /etc
+grep -q '^nobody:' /etc/passwd 2>/dev/null ||
+	echo 'nobody:x:65534:65534:nobody:/:/bin/sh' >>/etc/passwd
+cat >/safety/bin/sudo <<'EOF'
+#!/bin/sh
+[ "$1" = -u ] || exec "$@"
+user=$2; shift 2
+exec su -s /bin/sh "$user" -c 'exec "$0" "$@"' "$@"
+EOF
+chmod +x /safety/bin/sudo
 # the time before each program starts and before its result: per-test times
 cat >/tmp/stamp <<'EOF'
 while IFS= read -r line; do

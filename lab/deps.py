@@ -26,6 +26,8 @@ APT_PACKAGES = [
     "stress-ng", "libnuma-dev", "libcap-dev", "liburing-dev",
     # real ps/pgrep/killall for the selftests' shell scripts (busybox's hang them)
     "procps", "psmisc",
+    # mkfs.xfs: split_huge_page_test's page-cache THPs need an XFS
+    "xfsprogs",
 ]
 # module -> (PyPI name, Debian package for Debian's own python3)
 PY_PACKAGES = {"pytest": ("pytest", "python3-pytest"),

@@ -34,7 +34,9 @@ DLOPENED = Path("/lib/x86_64-linux-gnu/libgcc_s.so.1")
 # charge_reserved_hugetlb.sh runs `ps PID`, `pgrep -f` and `killall --wait`,
 # which busybox's applets do not understand (the script then waits forever):
 # procps's and psmisc's, ahead of busybox in the guest's PATH
-TOOLS = [Path("/usr/bin/ps"), Path("/usr/bin/pgrep"), Path("/usr/bin/killall")]
+TOOLS = [Path("/usr/bin/ps"), Path("/usr/bin/pgrep"), Path("/usr/bin/killall"),
+         # run_vmtests.sh makes an XFS for split_huge_page_test's page-cache THPs
+         Path("/usr/sbin/mkfs.xfs")]
 GUEST_MM = "safety/mm"          # where the selftests live in the guest
 GUEST_BIN = "safety/bin"        # stress-ng
 # Debian 6.12.117's khugepaged.c uses KSFT_SKIP without including the header

@@ -105,7 +105,7 @@ def parse_vmtests(output):
             block = {"cmd": m.group(1), "lines": [], "category": category, "start": now}
             continue
         if m := TOP_RESULT.match(line):
-            name = m.group(3).strip()
+            name = _pretty(m.group(3))
             if m.group(4) == "SKIP":
                 status, why = "skip", ""
             elif m.group(1) == "ok":
@@ -131,9 +131,16 @@ def parse_vmtests(output):
     return tests
 
 
+# mktemp's random part of a path in a command line (run_vmtests.sh passes
+# split_huge_page_test the XFS it mounted at /tmp/xfs_dir_XXXXXX): without
+# it, the same test would have another name on every run
+MKTEMP = re.compile(r"(/tmp/[\w.-]*?_)[A-Za-z0-9]{6}\b")
+
+
 def _pretty(cmd):
-    """run_vmtests.sh's pretty_name(): the command without ./ or bash ./."""
-    return re.sub(r"^(bash )?\./", "", cmd.strip())
+    """run_vmtests.sh's pretty_name(): the command without ./ or bash ./,
+    and with mktemp's XXXXXX put back."""
+    return MKTEMP.sub(r"\1XXXXXX", re.sub(r"^(bash )?\./", "", cmd.strip()))
 
 
 def _finish(block, status, why):

@@ -241,6 +241,17 @@ def test_subtests_are_matched_by_number_not_by_their_measurements():
     assert safety.summarize(patched, vanilla)["ok"]
 
 
+def test_a_mktemp_path_in_the_command_does_not_rename_the_test():
+    out = ("SAFETY-CATEGORY-BEGIN thp 1\n# running ./split_huge_page_test /tmp/xfs_dir_{0}\n"
+           "# ok 1 Split huge pages in pagecache\n"
+           "ok 1 split_huge_page_test /tmp/xfs_dir_{0}\nSAFETY-CATEGORY-END thp 0 2\n")
+    vanilla = kernel_run("vanilla", out.format("iktS5e"))
+    patched = kernel_run("patched", out.format("R2cMuC"))
+    assert [t.name for t in patched.tests] == ["split_huge_page_test /tmp/xfs_dir_XXXXXX"]
+    assert parse.regressed_categories(vanilla.tests, patched.tests) == []
+    assert safety.summarize(patched, vanilla)["ok"]
+
+
 def test_a_failure_that_passes_when_run_again_is_reported_not_failed():
     good = COW.replace("not ok 4", "ok 4").replace("not ok 1 cow # exit=1", "ok 1 cow")
     vanilla, patched = kernel_run("vanilla", good), kernel_run("patched", COW)

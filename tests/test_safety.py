@@ -436,11 +436,12 @@ def test_no_splats(quick_run):
         assert entry["guest_errors"] == [], variant
 
 
-# Measured on vanilla 6.12.117, quick mode (docs/safety.md): 24 programs and
-# 1020 subtests passed.  A set-up that silently skips them (no swap, no huge
-# pages, no second node, no debugfs) fails here.
-MIN_PASSED = 22
-MIN_SUBTESTS_PASSED = 950
+# Measured on vanilla 6.12.117, quick mode (docs/safety.md): 26 programs and
+# 1033 subtests passed (before migration's 6 ran).  A set-up that silently
+# skips them (no swap, no huge pages, no second node, no debugfs, no XFS)
+# fails here; the margin is for ksm_tests -N -m 1, intermittent on vanilla.
+MIN_PASSED = 25
+MIN_SUBTESTS_PASSED = 1000
 
 
 @pytest.mark.vm

@@ -17,7 +17,7 @@ bench: setup
 # is the series plus patches/testing/: a kernel that skips a flush on
 # purpose, so the safety tests are seen to fail where they must.
 test: setup
-	$(LAB) build vanilla patched broken
+	$(LAB) build vanilla patched broken debug
 	$(PYTHON) -m pytest -ra $(TEST_ARGS) tests
 
 setup:

@@ -5,7 +5,7 @@ Five variants, from config fragments in config/:
   vanilla        build/vanilla  tinyconfig + lab.config
   patched        build/patched  tinyconfig + lab.config + series.config
   debug          build/patched  tinyconfig + lab.config + series.config +
-                                debug.config
+                                debug.config + series-debug.config
   vanilla-debug  build/vanilla  tinyconfig + lab.config + debug.config: what
                                 debug is compared with (the debug options make
                                 timing-bound selftests fail on their own)
@@ -37,7 +37,8 @@ from lab.progress import Progress, say
 VARIANTS = {
     "vanilla": ("vanilla", ["lab.config"]),
     "patched": ("patched", ["lab.config", "series.config"]),
-    "debug": ("patched", ["lab.config", "series.config", "debug.config"]),
+    "debug": ("patched", ["lab.config", "series.config", "debug.config",
+                          "series-debug.config"]),
     "vanilla-debug": ("vanilla", ["lab.config", "debug.config"]),
     "broken": ("broken", ["lab.config", "series.config"]),
 }

@@ -1,0 +1,49 @@
+"""KUnit test of LUF's generations (patch 0014, mm/luf_kunit.c).
+
+The debug kernel is built with CONFIG_KUNIT and CONFIG_LUF_KUNIT_TEST
+(config/series-debug.config), so the suite runs once at boot and prints its
+results in KTAP to the kernel log.  Every case must be there and pass: a
+suite that did not run, or ran fewer cases, fails here too.
+"""
+
+import re
+
+import pytest
+
+from lab import build, vm
+
+pytestmark = pytest.mark.vm
+
+CASES = ("luf_test_note_only_grows", "luf_test_flush_advances_done",
+         "luf_test_closed_generation_refused", "luf_test_publish_then_flush",
+         "luf_test_flushed_gen_is_noop")
+RESULT = re.compile(r"^\s*(ok|not ok) \d+ (\w+)")
+
+
+def ktap_results(log):
+    """{case or suite name: 'ok' / 'not ok'} from a KTAP kernel log."""
+    found = {}
+    for line in log.splitlines():
+        m = RESULT.match(re.sub(r"^\[[ \d.]+\] ", "", line))
+        if m:
+            found[m.group(2)] = m.group(1)
+    return found
+
+
+def test_ktap_parser_reads_cases_and_suite():
+    log = ("[    1.0] KTAP version 1\n[    1.0]     ok 1 luf_test_a\n"
+           "[    1.1]     not ok 2 luf_test_b\n[    1.2] not ok 1 luf\n")
+    assert ktap_results(log) == {"luf_test_a": "ok", "luf_test_b": "not ok",
+                                 "luf": "not ok"}
+
+
+def test_luf_generations_kunit_passes_on_debug_kernel():
+    run = vm.run(build.built("debug"), "dmesg", vm.VMShape(cpus=2, mem="1G",
+                                                           timeout=600),
+                 quiet=True)
+    # dmesg has the KTAP lines (KERN_INFO: below the console's loglevel)
+    results = ktap_results(run.output)
+    tail = "\n".join(ln for ln in run.output.splitlines()
+                     if "luf" in ln or "KTAP" in ln)[-3000:]
+    assert results.get("luf") == "ok", tail
+    assert {c: results.get(c) for c in CASES} == {c: "ok" for c in CASES}, tail

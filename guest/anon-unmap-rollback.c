@@ -32,7 +32,6 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/mount.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -298,24 +297,11 @@ static void find_zram(void)
 	cleanup_push_fn(unlimit_zram);
 }
 
-static bool mounted_debugfs;
-
-static void umount_debugfs(void)
-{
-	if (mounted_debugfs)
-		umount("/sys/kernel/debug");
-}
-
 static int open_gup_test(void)
 {
 	int fd;
 
-	if (!path_exists(GUP_TEST_PATH)) {
-		if (mount("debugfs", "/sys/kernel/debug", "debugfs", 0, NULL) == 0) {
-			mounted_debugfs = true;
-			cleanup_push_fn(umount_debugfs);
-		}
-	}
+	need_debugfs(GUP_TEST_PATH);
 	fd = open(GUP_TEST_PATH, O_RDWR);
 	if (fd < 0)
 		die(1, "cannot open " GUP_TEST_PATH ": %s (needs CONFIG_GUP_TEST and debugfs)",

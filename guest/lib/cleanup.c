@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -179,4 +180,17 @@ void setting_write(const char *path, const char *value)
 	if (!write_text(path, value))
 		die(1, "cannot write '%s' to %s: %s (%s)", value, path,
 		    strerror(errno), errno_hint(errno));
+}
+
+static void umount_debugfs(void)
+{
+	umount("/sys/kernel/debug");
+}
+
+void need_debugfs(const char *path)
+{
+	if (path_exists(path))
+		return;
+	if (mount("debugfs", "/sys/kernel/debug", "debugfs", 0, NULL) == 0)
+		cleanup_push_fn(umount_debugfs);
 }

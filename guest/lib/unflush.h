@@ -97,6 +97,8 @@ bool setting_read(const char *path, char *buf, size_t len);
 bool write_text(const char *path, const char *value);
 bool read_number(const char *path, long long *value);
 bool path_exists(const char *path);
+/* Mount debugfs at /sys/kernel/debug unless @path exists; unmounted at exit. */
+void need_debugfs(const char *path);
 
 /* --- topology.c: CPUs and NUMA nodes --- */
 

@@ -81,6 +81,23 @@ static void read_vmstat(struct snapshot *s)
 		s->missing |= 1u << SRC_NR_TLB;
 }
 
+long long vmstat_value(const char *key)
+{
+	FILE *f = fopen("/proc/vmstat", "r");
+	long long v, value = -1;
+	char name[64];
+
+	if (!f)
+		die(1, "cannot open /proc/vmstat: is /proc mounted?");
+	while (fscanf(f, "%63s %lld", name, &v) == 2)
+		if (!strcmp(name, key)) {
+			value = v;
+			break;
+		}
+	fclose(f);
+	return value;
+}
+
 static void read_interrupts(struct snapshot *s)
 {
 	FILE *f = fopen("/proc/interrupts", "r");

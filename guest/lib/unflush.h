@@ -188,6 +188,11 @@ long long phase_delta(const struct phase *p, const char *name);
 long long phase_delta_prefix(const struct phase *p, const char *prefix);
 /* True if @name is in both snapshots. */
 bool phase_has(const struct phase *p, const char *name);
+/*
+ * One /proc/vmstat value, -1 if absent.  No stat_refresh (which runs work
+ * on every CPU): exact for event counters, approximate for nr_* gauges.
+ */
+long long vmstat_value(const char *key);
 
 /* A /proc/interrupts row summed over CPUs (-1 if absent), for sampling. */
 long long irq_total(const char *row);

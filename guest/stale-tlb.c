@@ -27,34 +27,16 @@
  * page now holds).  Under QEMU TCG a stale translation survives until the
  * guest flushes it, so a missing flush is seen, not just possible.
  *
- * Traps avoided (lab-notes.md): every fork happens before the reader thread
- * starts (a fork flushes the mm on every CPU); nothing but the reader runs
- * on its CPU (a CR3 write empties the TLB); the page is freed and
- * reallocated on the helper's CPU, not the reader's (a refault on the
- * freeing CPU would get the same page back and look right); no virtual
- * address is ever mapped twice (a stale entry would then look right too).
+ * The reader, the helper and the trial's mechanics are lib/reader.c's.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
-#include <linux/futex.h>
-#include <linux/mempolicy.h>
-#include <pthread.h>
-#include <sched.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdatomic.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "unflush.h"
@@ -109,304 +91,22 @@ static const char usage[] =
 "Exit 0: no violation; 1: violations (result printed), or a precondition\n"
 "failed (no result); 2: usage.\n";
 
-#define MAX_PAGES	64
 #define MAX_FILES	8
-#define MAX_DETAILS	4	/* violations described in the result */
-#define MAX_PRINTED	8	/* violations printed as they happen */
-#define WORDS		(PAGE_SIZE_4K / 8)
-#define CANARY_MAGIC	0xCA9A2700ULL	/* high 32 bits of every canary word */
-#define WAIT_S		30.0
 
 enum mode { RECLAIM, MIGRATE, ANON, ANON_32K };
 static const char *const mode_names[] = {
-	"reclaim", "migrate", "anon", "anon-32k" };
+	"reclaim", "migrate", "anon", "anon-32k", NULL };
 #define FOLIO_PAGES	8	/* anon-32k: pages per 32K folio */
 #define FOLIO_BYTES	(FOLIO_PAGES * PAGE_SIZE_4K)
-enum op { OP_TRIAL = 1, OP_EXIT };
+enum op { OP_TRIAL = 1 };
 
-struct violation {
-	long trial;
-	int page;
-	uintptr_t addr;		/* of the word that was wrong */
-	int offset;		/* in the page */
-	uint64_t expected, seen;
-};
-
-/* Shared by the reader's process and the helper (MAP_SHARED, before fork). */
-struct ctl {
-	/* main -> reader */
-	_Atomic long trial;		/* 0: idle, -1: exit */
-	uintptr_t va;
-	int npages;
-	uint64_t index[MAX_PAGES];	/* word 0 of each page */
-	uint64_t tag[WORDS];		/* words 1..511, same in every page */
-	/* reader -> main */
-	_Atomic long reader_trial;
-	_Atomic long passes;		/* full passes over the current trial */
-	_Atomic long violations, bad_reads, printed;
-	_Atomic int reader_tid;
-	struct violation v[MAX_DETAILS];
-	/* main -> helper */
-	_Atomic uint32_t cmd;		/* futex word: bumped per command */
-	int op;
-	long htrial;
-	int target_node;
-	uint64_t victim_pfn[MAX_PAGES];
-	/* helper -> main */
-	_Atomic uint32_t done;		/* futex word: = cmd when finished */
-	int taken, reused;
-	char error[256];
-};
-
-static struct ctl *ctl;
 static enum mode mode;
-static const char *experiment;
-static int reader_cpu, main_cpu;
-
-/* --- small helpers --------------------------------------------------------- */
-
-static long futex(_Atomic uint32_t *word, int op, uint32_t val, double timeout_s)
-{
-	struct timespec ts = {
-		.tv_sec = (time_t)timeout_s,
-		.tv_nsec = (long)((timeout_s - (time_t)timeout_s) * 1e9),
-	};
-
-	/* not FUTEX_PRIVATE_FLAG: the word is shared between processes */
-	return syscall(SYS_futex, word, op, val, timeout_s > 0 ? &ts : NULL,
-		       NULL, 0);
-}
-
-static void cpu_relax(void)
-{
-	__asm__ __volatile__("" ::: "memory");
-#if defined(__x86_64__) || defined(__i386__)
-	__asm__ __volatile__("pause");
-#endif
-}
-
-/* pagemap entry of @addr in @fd: bit 63 present, bits 0-54 PFN (root). */
-static uint64_t pagemap_entry(int fd, uintptr_t addr)
-{
-	uint64_t e;
-
-	if (pread(fd, &e, sizeof(e), (off_t)(addr / PAGE_SIZE_4K) * 8) != sizeof(e))
-		return 0;
-	return e;
-}
-
-static uint64_t present_pfn(uint64_t e)
-{
-	return (e >> 63) & 1 ? e & ((1ULL << 55) - 1) : 0;
-}
-
-/* --- the reader ------------------------------------------------------------ */
-
-static void report_violation(long trial, int page, uintptr_t addr, int offset,
-			     uint64_t expected, uint64_t seen)
-{
-	long n = atomic_fetch_add(&ctl->violations, 1);
-	char line[512];
-	int len;
-
-	if (n < MAX_DETAILS)
-		ctl->v[n] = (struct violation){ trial, page, addr, offset,
-						expected, seen };
-	if (atomic_fetch_add(&ctl->printed, 1) >= MAX_PRINTED)
-		return;
-	/* straight to fd 1 from this thread: the kernel may not last long */
-	len = snprintf(line, sizeof(line),
-		       "UNFLUSH-VIOLATION {\"experiment\":\"%s\",\"trial\":%ld,"
-		       "\"page\":%d,\"addr\":\"0x%" PRIxPTR "\",\"offset\":%d,"
-		       "\"expected\":\"0x%016" PRIx64 "\",\"seen\":\"0x%016" PRIx64
-		       "\",\"kind\":\"%s\"}\n",
-		       experiment, trial, page, addr, offset, expected, seen,
-		       seen >> 32 == CANARY_MAGIC ? "canary" : "foreign");
-	if (write(1, line, len) < 0)
-		return;
-}
-
-static void *reader_main(void *arg)
-{
-	bool bad[MAX_PAGES];
-	long cur = 0, passes = 0;
-
-	(void)arg;
-	pin_to_cpu(reader_cpu);
-	atomic_store(&ctl->reader_tid, (int)syscall(SYS_gettid));
-	atomic_store(&ctl->reader_trial, 0);
-	for (;;) {
-		long t = atomic_load_explicit(&ctl->trial, memory_order_acquire);
-
-		if (t < 0)
-			break;
-		if (t != cur) {
-			cur = t;
-			passes = 0;
-			memset(bad, 0, sizeof(bad));
-			atomic_store(&ctl->passes, 0);
-			atomic_store(&ctl->reader_trial, t);
-		}
-		if (t == 0) {
-			cpu_relax();
-			continue;
-		}
-		for (int i = 0; i < ctl->npages; i++) {
-			const volatile uint64_t *p = (const volatile uint64_t *)
-				(ctl->va + i * PAGE_SIZE_4K);
-			int wrong = -1;
-			uint64_t seen = 0, want = 0;
-
-			for (int w = 0; w < (int)WORDS; w++) {
-				uint64_t v = p[w];
-				uint64_t e = w ? ctl->tag[w] : ctl->index[i];
-
-				if (v != e && wrong < 0) {
-					wrong = w;
-					seen = v;
-					want = e;
-				}
-			}
-			if (wrong < 0)
-				continue;
-			atomic_fetch_add(&ctl->bad_reads, 1);
-			if (!bad[i]) {
-				bad[i] = true;
-				report_violation(t, i, (uintptr_t)&p[wrong],
-						 wrong * 8, want, seen);
-			}
-		}
-		atomic_store_explicit(&ctl->passes, ++passes,
-				      memory_order_release);
-	}
-	return NULL;
-}
-
-/* --- the helper process ---------------------------------------------------- */
-
-static void helper_fail(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
-static void helper_fail(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(ctl->error, sizeof(ctl->error), fmt, ap);
-	va_end(ap);
-}
-
-static void helper_trial(int pidfd, pid_t owner, int self_map, int owner_map,
-			 char *canary, int ncanary)
-{
-	uintptr_t va = ctl->va;
-	int n = ctl->npages;
-	uint64_t word = (CANARY_MAGIC << 32) | (uint32_t)ctl->htrial;
-	uint64_t canary_pfn[2 * MAX_PAGES + 8];
-
-	/*
-	 * Last trial's canary pages go back first: freed now, they lie under
-	 * the reader's pages on the LIFO per-cpu list.
-	 */
-	madvise(canary, ncanary * PAGE_SIZE_4K, MADV_DONTNEED);
-
-	if (mode == MIGRATE) {
-		void *pages[MAX_PAGES];
-		int nodes[MAX_PAGES], status[MAX_PAGES];
-
-		for (int i = 0; i < n; i++) {
-			pages[i] = (void *)(va + i * PAGE_SIZE_4K);
-			nodes[i] = ctl->target_node;
-		}
-		if (syscall(SYS_move_pages, owner, n, pages, nodes, status,
-			    MPOL_MF_MOVE) < 0) {
-			helper_fail("move_pages: %s", strerror(errno));
-			return;
-		}
-	} else {
-		struct iovec iov = { (void *)va, n * PAGE_SIZE_4K };
-
-		if (syscall(SYS_process_madvise, pidfd, &iov, 1, MADV_PAGEOUT,
-			    0) < 0) {
-			helper_fail("process_madvise(MADV_PAGEOUT): %s%s",
-				    strerror(errno), errno == ENOSYS ?
-				    " (kernel needs CONFIG_ADVISE_SYSCALLS)" : "");
-			return;
-		}
-	}
-	/* at once: the pages just freed are on top of this CPU's free list */
-	for (int k = 0; k < ncanary; k++) {
-		uint64_t *q = (uint64_t *)(canary + k * PAGE_SIZE_4K);
-
-		for (int w = 0; w < (int)WORDS; w++)
-			q[w] = word;
-	}
-
-	/* evidence, after the fact */
-	for (int k = 0; k < ncanary; k++)
-		canary_pfn[k] = present_pfn(pagemap_entry(self_map,
-					(uintptr_t)canary + k * PAGE_SIZE_4K));
-	ctl->taken = ctl->reused = 0;
-	for (int i = 0; i < n; i++) {
-		uint64_t now = present_pfn(pagemap_entry(owner_map,
-						va + i * PAGE_SIZE_4K));
-
-		if (now != ctl->victim_pfn[i])
-			ctl->taken++;
-		for (int k = 0; k < ncanary; k++)
-			if (canary_pfn[k] == ctl->victim_pfn[i]) {
-				ctl->reused++;
-				break;
-			}
-	}
-}
-
-static void helper_main(int npages)
-{
-	pid_t owner = getppid();
-	int ncanary = 2 * npages + 8, pidfd, self_map, owner_map;
-	uint32_t last = 0;
-	char path[64], *canary;
-
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	pidfd = syscall(SYS_pidfd_open, owner, 0);
-	snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)owner);
-	owner_map = open(path, O_RDONLY);
-	self_map = open("/proc/self/pagemap", O_RDONLY);
-	canary = map_aligned(ncanary * PAGE_SIZE_4K, FOLIO_BYTES);
-	if (pidfd < 0 || owner_map < 0 || self_map < 0)
-		helper_fail("helper set-up: %s", strerror(errno));
-	else
-		/*
-		 * anon-32k: the reader's folio goes to the per-cpu list of its
-		 * order, so the canary asks for folios of that order too.
-		 */
-		madvise(canary, ncanary * PAGE_SIZE_4K, mode == ANON_32K ?
-			MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-
-	for (;;) {
-		uint32_t c;
-
-		while ((c = atomic_load(&ctl->cmd)) == last)
-			futex(&ctl->cmd, FUTEX_WAIT, last, 1.0);
-		last = c;
-		if (ctl->op == OP_EXIT)
-			break;
-		if (!ctl->error[0])
-			helper_trial(pidfd, owner, self_map, owner_map, canary,
-				     ncanary);
-		atomic_store(&ctl->done, c);
-		futex(&ctl->done, FUTEX_WAKE, 1, 0);
-	}
-	_exit(0);
-}
-
-/* --- main: the trials ------------------------------------------------------ */
 
 struct datafile {
 	const char *path;
 	int fd;
 	long pages;
-	uint64_t tag[WORDS];	/* words 1..511 of every page of the file */
+	uint64_t tag[PAGE_WORDS];	/* words 1..511 of every page of the file */
 };
 
 struct run {
@@ -419,56 +119,18 @@ struct run {
 	int file;
 	long page;
 	uint64_t serial;		/* anon: word 0 of the next page */
-	uint64_t anon_tag[WORDS];
-	char *va_next, *va_end;
-	int self_map;
+	uint64_t anon_tag[PAGE_WORDS];
+	struct fresh_va va;
 	int nodes[8], nnodes;
 	/* tallies */
 	long done, attempts, missed, taken, reused, wrapped, large;
 };
 
-static pid_t helper_pid;
-
-static void helper_command(int op)
+/* The helper's one command: take the pages away, reuse them at once. */
+static void helper_op(int op)
 {
-	uint32_t c = atomic_load(&ctl->cmd) + 1;
-	double t0 = now_s();
-
-	ctl->op = op;
-	atomic_store(&ctl->cmd, c);
-	futex(&ctl->cmd, FUTEX_WAKE, 1, 0);
-	if (op == OP_EXIT)
-		return;
-	for (;;) {
-		uint32_t d = atomic_load(&ctl->done);
-
-		if (d == c)
-			break;
-		futex(&ctl->done, FUTEX_WAIT, d, 1.0);
-		if (waitpid(helper_pid, NULL, WNOHANG) == helper_pid)
-			die(1, "the helper process died during trial %ld",
-			    ctl->htrial);
-		if (now_s() - t0 > WAIT_S)
-			die(1, "the helper did not finish trial %ld within %.0f s",
-			    ctl->htrial, WAIT_S);
-	}
-	if (ctl->error[0])
-		die(1, "%s", ctl->error);
-}
-
-/* Until the reader is on @trial and has made @passes full passes over it. */
-static void wait_reader(long trial, long passes, const char *what)
-{
-	double t0 = now_s();
-
-	while (atomic_load(&ctl->reader_trial) != trial ||
-	       atomic_load(&ctl->passes) < passes) {
-		if (now_s() - t0 > WAIT_S)
-			die(1, "the reader did not %s within %.0f s (trial %ld)",
-			    what, WAIT_S, trial);
-		/* let anything this CPU owes the reader (I/O completion) run */
-		sched_yield();
-	}
+	(void)op;
+	helper_reuse_trial();
 }
 
 static void open_files(struct run *r)
@@ -530,14 +192,7 @@ static bool whole_folios(const uint64_t *pfn, int n)
 static uintptr_t map_trial(struct run *r)
 {
 	size_t len = r->npages * PAGE_SIZE_4K;
-	char *va = (char *)(((uintptr_t)r->va_next + trial_align() - 1) &
-			    ~(uintptr_t)(trial_align() - 1));
-
-	/* a guard between trials; no address is ever mapped twice */
-	r->va_next = va + len + trial_align();
-	if (r->va_next > r->va_end)
-		die(1, "out of reserved address space after %ld trials",
-		    r->attempts);
+	char *va = fresh_va(&r->va, len, trial_align(), r->attempts);
 
 	if (mode >= ANON) {
 		if (mmap(va, len, PROT_READ | PROT_WRITE, MAP_PRIVATE |
@@ -545,13 +200,13 @@ static uintptr_t map_trial(struct run *r)
 			die(1, "mmap: %s", strerror(errno));
 		madvise(va, len, mode == ANON_32K ? MADV_HUGEPAGE :
 			MADV_NOHUGEPAGE);
-		memcpy(ctl->tag, r->anon_tag, sizeof(ctl->tag));
+		memcpy(ctl->old.tag, r->anon_tag, sizeof(ctl->old.tag));
 		for (int i = 0; i < r->npages; i++) {
 			uint64_t *q = (uint64_t *)(va + i * PAGE_SIZE_4K);
 
-			ctl->index[i] = r->serial++;
+			ctl->old.index[i] = r->serial++;
 			memcpy(q, r->anon_tag, PAGE_SIZE_4K);
-			q[0] = ctl->index[i];
+			q[0] = ctl->old.index[i];
 		}
 		/*
 		 * Read-only, out to swap, back in by a read fault: the PTE
@@ -564,8 +219,8 @@ static uintptr_t map_trial(struct run *r)
 		if (madvise(va, len, MADV_PAGEOUT))
 			die(1, "madvise(MADV_PAGEOUT): %s", strerror(errno));
 		for (int i = 0; i < r->npages; i++)
-			if (!(pagemap_entry(r->self_map, (uintptr_t)va +
-					    i * PAGE_SIZE_4K) >> 62 & 1))
+			if (!(pagemap_self((uintptr_t)va + i * PAGE_SIZE_4K) >>
+			      62 & 1))
 				die(1, "MADV_PAGEOUT did not swap an anonymous page out: is swap on and large enough?");
 	} else {
 		struct datafile *s = &r->files[r->file];
@@ -581,27 +236,16 @@ static uintptr_t map_trial(struct run *r)
 			die(1, "mmap of %s: %s", s->path, strerror(errno));
 		/* no readahead around faults, neither here nor in the reader */
 		madvise(va, len, MADV_RANDOM);
-		memcpy(ctl->tag, s->tag, sizeof(ctl->tag));
+		memcpy(ctl->old.tag, s->tag, sizeof(ctl->old.tag));
 		for (int i = 0; i < r->npages; i++)
-			ctl->index[i] = r->page + i;
+			ctl->old.index[i] = r->page + i;
 		r->page += r->npages;
 	}
 	/*
 	 * Fault in on this CPU: the folios land on this CPU's LRU batch,
 	 * which MADV_PAGEOUT drains (lru_add_drain() is CPU-local).
 	 */
-	for (int i = 0; i < r->npages; i++) {
-		const volatile uint64_t *q = (const volatile uint64_t *)
-			(va + i * PAGE_SIZE_4K);
-
-		if (q[0] != ctl->index[i] || q[1] != ctl->tag[1])
-			die(1, "page %d of trial %ld reads 0x%016" PRIx64 " before the trial, not 0x%016" PRIx64,
-			    i, r->attempts, q[0], ctl->index[i]);
-		ctl->victim_pfn[i] = present_pfn(pagemap_entry(r->self_map,
-					(uintptr_t)va + i * PAGE_SIZE_4K));
-		if (!ctl->victim_pfn[i])
-			die(1, "no PFN in /proc/self/pagemap: run as root");
-	}
+	trial_fault_in((uintptr_t)va, r->npages, r->attempts);
 	if (mode == ANON_32K)
 		r->large += whole_folios(ctl->victim_pfn, r->npages);
 	return (uintptr_t)va;
@@ -627,14 +271,9 @@ static void one_trial(struct run *r)
 	long t = ++r->attempts;
 	uintptr_t va = map_trial(r);
 
-	ctl->va = va;
-	ctl->npages = r->npages;
-	ctl->htrial = t;
 	if (mode == MIGRATE)
 		ctl->target_node = target_node(r, va);
-	/* the reader reads every page once: its CPU caches the translations */
-	atomic_store_explicit(&ctl->trial, t, memory_order_release);
-	wait_reader(t, 1, "read the trial's pages");
+	trial_start(va, r->npages, t, AFTER_SAME);
 
 	/* take them away, and hand them to the canary at once */
 	helper_command(OP_TRIAL);
@@ -642,12 +281,7 @@ static void one_trial(struct run *r)
 	/* the reader goes on reading: it must only ever see the pages' data */
 	wait_reader(t, atomic_load(&ctl->passes) + r->linger,
 		    "finish reading after the take-away");
-	atomic_store(&ctl->trial, 0);
-	wait_reader(0, 0, "stop");
-	/* PROT_NONE again (merges with the reservation); never mapped again */
-	if (mmap((void *)va, r->npages * PAGE_SIZE_4K, PROT_NONE, MAP_PRIVATE |
-		 MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
-		die(1, "mmap PROT_NONE: %s", strerror(errno));
+	trial_stop();
 
 	r->taken += ctl->taken;
 	r->reused += ctl->reused;
@@ -657,94 +291,36 @@ static void one_trial(struct run *r)
 		r->missed++;
 }
 
-/* voluntary and involuntary context switches of a thread of ours */
-static void ctxt_switches(int tid, long long *vol, long long *invol)
-{
-	char path[64], line[256];
-	FILE *f;
+static struct run r = { .page = 1, .serial = 1 };
 
-	*vol = *invol = -1;
-	snprintf(path, sizeof(path), "/proc/self/task/%d/status", tid);
-	f = fopen(path, "r");
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		sscanf(line, "voluntary_ctxt_switches: %lld", vol);
-		sscanf(line, "nonvoluntary_ctxt_switches: %lld", invol);
-	}
-	fclose(f);
+/* --file PATH, repeatable */
+static void file_arg(int i, char *value)
+{
+	(void)i;
+	if (r.nfiles == MAX_FILES)
+		usage_error("at most %d --file", MAX_FILES);
+	r.files[r.nfiles++].path = value;
 }
 
 int main(int argc, char **argv)
 {
-	enum { OPT_TRIALS = 0x100, OPT_PAGES, OPT_FILE, OPT_LINGER,
-	       OPT_KEEP_GOING, OPT_QUICK };
-	static const struct option opts[] = {
-		{ "trials", required_argument, NULL, OPT_TRIALS },
-		{ "pages", required_argument, NULL, OPT_PAGES },
-		{ "file", required_argument, NULL, OPT_FILE },
-		{ "linger", required_argument, NULL, OPT_LINGER },
-		{ "keep-going", no_argument, NULL, OPT_KEEP_GOING },
-		{ "quick", no_argument, NULL, OPT_QUICK },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 }
-	};
+	static const char *const own[] = { "file", NULL };
 	static const char *const default_files[] = {
 		"/data/model0", "/data/model1", "/data/model2" };
+	struct attack_args args = {
+		.usage = usage, .modes = mode_names, .own = own, .own_arg = file_arg };
 	struct fields extra = { 0 }, checks = { 0 };
-	struct run r = { .linger = 20, .page = 1, .serial = 1 };
-	long long vol0, invol0, vol1, invol1;
-	int cpus[MAX_CPUS], ncpus, opt;
-	bool quick = false;
+	int main_cpu, reader_cpu;
 	struct phase p = { 0 };
-	pthread_t reader;
-	size_t reserve;
 	char name[64];
 	long max_missed;
 
-	opterr = 0;
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (opt) {
-		case OPT_TRIALS:
-			r.trials = parse_count("--trials", optarg, 1);
-			break;
-		case OPT_PAGES:
-			r.npages = parse_count("--pages", optarg, 1);
-			if (r.npages > MAX_PAGES)
-				usage_error("--pages %d: at most %d", r.npages,
-					    MAX_PAGES);
-			break;
-		case OPT_FILE:
-			if (r.nfiles == MAX_FILES)
-				usage_error("at most %d --file", MAX_FILES);
-			r.files[r.nfiles++].path = optarg;
-			break;
-		case OPT_LINGER:
-			r.linger = parse_count("--linger", optarg, 1);
-			break;
-		case OPT_KEEP_GOING:
-			r.keep_going = true;
-			break;
-		case OPT_QUICK:
-			quick = true;
-			break;
-		case 'h':
-			fputs(usage, stdout);
-			return 0;
-		default:
-			bad_option(argv);
-		}
-	}
-	if (optind >= argc)
-		usage_error("say which mode: reclaim, migrate, anon or anon-32k");
-	for (mode = RECLAIM; mode <= ANON_32K; mode++)
-		if (!strcmp(argv[optind], mode_names[mode]))
-			break;
-	if (mode > ANON_32K)
-		usage_error("unknown mode '%s': reclaim, migrate, anon or anon-32k",
-			    argv[optind]);
-	if (optind + 1 < argc)
-		usage_error("unexpected argument '%s'", argv[optind + 1]);
+	parse_attack_args(argc, argv, &args);
+	mode = args.mode;
+	r.trials = args.trials;
+	r.npages = args.npages;
+	r.linger = args.linger;
+	r.keep_going = args.keep_going;
 	if (mode >= ANON && r.nfiles)
 		usage_error("%s mode reads no file: drop --file",
 			    mode_names[mode]);
@@ -754,19 +330,11 @@ int main(int argc, char **argv)
 		usage_error("--pages %d: anon-32k takes whole 32K folios, a multiple of %d",
 			    r.npages, FOLIO_PAGES);
 	if (!r.trials)
-		r.trials = quick ? 300 : 3000;
+		r.trials = args.quick ? 300 : 3000;
 	snprintf(name, sizeof(name), "stale-tlb/%s", mode_names[mode]);
-	experiment = name;
 
 	/* preconditions */
-	if (geteuid() != 0)
-		die(1, "needs root: process_madvise and move_pages on another process, PFNs in /proc/PID/pagemap");
-	ncpus = online_cpus(cpus, MAX_CPUS);
-	if (ncpus < 2)
-		die(1, "needs 2 usable CPUs (the reader alone on one), found %d; boot the guest with -smp 2 or more",
-		    ncpus);
-	main_cpu = cpus[0];
-	reader_cpu = cpus[ncpus - 1];
+	attack_cpus(&main_cpu, &reader_cpu);
 	if (mode == MIGRATE) {
 		r.nnodes = node_list("has_memory", r.nodes, 8);
 		if (r.nnodes < 2)
@@ -786,24 +354,11 @@ int main(int argc, char **argv)
 	}
 
 	pin_main(main_cpu);
-	ctl = mmap(NULL, sizeof(*ctl), PROT_READ | PROT_WRITE,
-		   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (ctl == MAP_FAILED)
-		die(1, "mmap: %s", strerror(errno));
-	r.self_map = open("/proc/self/pagemap", O_RDONLY);
-	if (r.self_map < 0)
-		die(1, "cannot open /proc/self/pagemap: %s", strerror(errno));
+	attack_init(name, main_cpu, reader_cpu);
+	ctl->migrate = mode == MIGRATE;
 	if (mode >= ANON) {
-		uint64_t x = 0x5354414c45544c42ULL ^ (uint64_t)getpid() << 32;
-
-		for (int w = 1; w < (int)WORDS; w++) {
-			/* splitmix64: nothing like a canary or a zero page */
-			uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-
-			z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-			z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-			r.anon_tag[w] = z ^ (z >> 31);
-		}
+		random_tag(r.anon_tag, 0x5354414c45544c42ULL ^
+			   (uint64_t)getpid() << 32);
 	} else {
 		open_files(&r);
 	}
@@ -816,28 +371,15 @@ int main(int argc, char **argv)
 	 * many misses as trials are let through.
 	 */
 	max_missed = mode == ANON_32K ? r.trials + 10 : r.trials / 10 + 10;
-	reserve = (size_t)(r.trials + max_missed + 1) *
-		  (r.npages * PAGE_SIZE_4K + 2 * trial_align());
-	r.va_next = mmap(NULL, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
-			 MAP_NORESERVE, -1, 0);
-	if (r.va_next == MAP_FAILED)
-		die(1, "cannot reserve %zu MiB of address space", reserve / MiB);
-	r.va_end = r.va_next + reserve;
+	fresh_va_reserve(&r.va, r.trials + max_missed + 1,
+			 r.npages * PAGE_SIZE_4K, trial_align());
 
-	/* every fork before the reader starts: a fork flushes the whole mm */
-	fflush(NULL);
-	helper_pid = fork();
-	if (helper_pid < 0)
-		die(1, "fork: %s", strerror(errno));
-	if (helper_pid == 0)
-		helper_main(r.npages);
-	if (pthread_create(&reader, NULL, reader_main, NULL))
-		die(1, "cannot start the reader thread");
-	while (!atomic_load(&ctl->reader_tid))
-		sched_yield();
-
-	ctxt_switches(ctl->reader_tid, &vol0, &invol0);
-	phase_begin(&p);
+	/*
+	 * anon-32k: the reader's folio goes to the per-cpu list of its order,
+	 * so the canary asks for folios of that order too.
+	 */
+	attack_start(r.npages, mode == ANON_32K, helper_op);
+	attack_begin(&p);
 	while (r.done < r.trials) {
 		one_trial(&r);
 		if (atomic_load(&ctl->violations) && !r.keep_going)
@@ -845,13 +387,7 @@ int main(int argc, char **argv)
 		if (r.missed > max_missed)
 			break;
 	}
-	phase_end(&p);
-	ctxt_switches(ctl->reader_tid, &vol1, &invol1);
-
-	atomic_store(&ctl->trial, -1);
-	pthread_join(reader, NULL);
-	helper_command(OP_EXIT);
-	waitpid(helper_pid, NULL, 0);
+	attack_end(&p);
 
 	long violations = atomic_load(&ctl->violations);
 
@@ -869,37 +405,8 @@ int main(int argc, char **argv)
 		die(1, "only %ld of %ld trials had their pages in whole 32K folios: the batched path was hardly tried; is swap fragmented or memory short?",
 		    r.large, r.attempts);
 
-	field_int(&extra, "trials", r.done);
-	field_int(&extra, "violations", violations);
-	field_int(&extra, "bad_reads", atomic_load(&ctl->bad_reads));
-	field_int(&extra, "pages_per_trial", r.npages);
-	field_int(&extra, "linger_passes", r.linger);
-	field_int(&extra, "cpu_reader", reader_cpu);
-	field_int(&extra, "cpu_helper", main_cpu);
-	field_str(&extra, "file", mode >= ANON ? "(anonymous)" : r.files[0].path);
-	for (long i = 0; i < violations && i < MAX_DETAILS; i++) {
-		struct violation *v = &ctl->v[i];
-		char key[32], val[32];
-
-		snprintf(key, sizeof(key), "v%ld_trial", i);
-		field_int(&extra, key, v->trial);
-		snprintf(key, sizeof(key), "v%ld_page", i);
-		field_int(&extra, key, v->page);
-		snprintf(key, sizeof(key), "v%ld_addr", i);
-		snprintf(val, sizeof(val), "0x%" PRIxPTR, v->addr);
-		field_str(&extra, key, val);
-		snprintf(key, sizeof(key), "v%ld_offset", i);
-		field_int(&extra, key, v->offset);
-		snprintf(key, sizeof(key), "v%ld_expected", i);
-		snprintf(val, sizeof(val), "0x%016" PRIx64, v->expected);
-		field_str(&extra, key, val);
-		snprintf(key, sizeof(key), "v%ld_seen", i);
-		snprintf(val, sizeof(val), "0x%016" PRIx64, v->seen);
-		field_str(&extra, key, val);
-		snprintf(key, sizeof(key), "v%ld_kind", i);
-		field_str(&extra, key, v->seen >> 32 == CANARY_MAGIC ?
-			  "canary" : "foreign");
-	}
+	attack_fields(&extra, r.done, r.npages, r.linger,
+		      mode >= ANON ? "(anonymous)" : r.files[0].path);
 	field_int(&checks, "attempts", r.attempts);
 	field_int(&checks, "missed_trials", r.missed);
 	field_int(&checks, "taken_pages", r.taken);
@@ -908,9 +415,8 @@ int main(int argc, char **argv)
 	field_int(&checks, "file_wraps", r.wrapped);
 	if (mode == ANON_32K)
 		field_int(&checks, "large_trials", r.large);
-	field_int(&checks, "reader_voluntary_switches", vol1 - vol0);
-	field_int(&checks, "reader_involuntary_switches", invol1 - invol0);
-	report_result(experiment, "threads", 0, &p, &extra, &checks);
+	attack_switch_checks(&checks);
+	report_result(name, "threads", 0, &p, &extra, &checks);
 	phase_free(&p);
 	fflush(stdout);
 	return violations ? 1 : 0;

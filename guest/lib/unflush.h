@@ -25,8 +25,10 @@
 #ifndef UNFLUSH_H
 #define UNFLUSH_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #define PAGE_SIZE_4K	4096UL
@@ -275,5 +277,178 @@ void memcg_join(void);
 long long meminfo_value(const char *key);
 /* Dies with a clear message unless swap with @bytes free is configured. */
 void require_swap(size_t bytes);
+
+/* --- reader.c: the stale-translation attack (stale-tlb, luf-hazards) --- */
+
+/*
+ * docs/stale-tlb.md.  A reader thread pinned alone on the last usable CPU
+ * reads a trial's pages over and over through a mapping at a never-used
+ * address; a helper process, forked before the reader starts and pinned with
+ * the main thread on the first CPU, takes the pages away from the reader's
+ * mm and does what the program asks next.  The reader prints every
+ * violation the moment it sees it (UNFLUSH-VIOLATION), since a kernel that
+ * lets one happen may not live to print a summary.
+ *
+ * main:	attack_cpus(), pin_main(), attack_init(), the program's own
+ *		set-up, attack_start(), attack_begin(), then per trial:
+ *		fresh_va() + map + trial_fault_in(), trial_start(),
+ *		helper_command() and the program's own steps, trial_stop();
+ *		then attack_end(), attack_fields(), report_result().
+ */
+#define TRIAL_MAX_PAGES	64
+#define PAGE_WORDS	(PAGE_SIZE_4K / 8)
+#define CANARY_MAGIC	0xCA9A2700ULL	/* high 32 bits of every canary word */
+#define MAX_DETAILS	4		/* violations described in the result */
+#define LUF_SWITCH	"/sys/kernel/mm/tlb_batching/luf"
+
+/* A trial's pages: word 0 of page i is index[i], word w > 0 is tag[w]. */
+struct page_image {
+	uint64_t index[TRIAL_MAX_PAGES];
+	uint64_t tag[PAGE_WORDS];
+};
+
+/* What the reader may see in a trial, before and after main's "done". */
+enum after_done {
+	AFTER_SAME,	/* the old data, always */
+	AFTER_NEW,	/* before: old or new, word by word; after: new only */
+	AFTER_SIGBUS,	/* before: old data or SIGBUS; after: SIGBUS only */
+};
+
+struct violation {
+	long trial;
+	int page;
+	uintptr_t addr;		/* of the word that was wrong */
+	int offset;		/* in the page */
+	uint64_t expected, seen;
+	bool want_sigbus;	/* expected: SIGBUS, not a word */
+	const char *kind;	/* old, canary or foreign */
+};
+
+/* Shared by the reader's process and the helper (MAP_SHARED, before fork). */
+struct attack {
+	/* main -> reader */
+	_Atomic long trial;		/* 0: idle, -1: exit */
+	uintptr_t va;
+	int npages;
+	int after;			/* enum after_done */
+	_Atomic int done;
+	struct page_image old, new;
+	/* reader -> main */
+	_Atomic long reader_trial;
+	_Atomic long passes;		/* full passes over the current trial */
+	_Atomic long violations, bad_reads, printed, sigbus_reads;
+	_Atomic int reader_tid;
+	struct violation v[MAX_DETAILS];
+	/* main -> helper */
+	_Atomic uint32_t cmd;		/* futex word: bumped per command */
+	int op;
+	long htrial;
+	bool migrate;			/* take-away: move_pages, not pageout */
+	int target_node;
+	bool luf_release;		/* release LUF's held pages for the canary */
+	uint64_t victim_pfn[TRIAL_MAX_PAGES];
+	char path[256];			/* for the program's own helper ops */
+	long long length;
+	/* helper -> main */
+	_Atomic uint32_t finished;	/* futex word: = cmd when finished */
+	int taken, reused;
+	char error[256];
+};
+extern struct attack *ctl;
+
+/*
+ * MODE [--trials N] [--pages N] [--linger N] [--keep-going] [--quick]
+ * [--help], and the program's own "--name VALUE" options: @own_arg(i, VALUE)
+ * for each one given, i its index in @own.  Usage errors exit 2.
+ */
+struct attack_args {
+	const char *usage;		/* printed by --help */
+	const char *const *modes;	/* NULL-terminated */
+	const char *const *own;		/* NULL-terminated, or NULL */
+	void (*own_arg)(int i, char *value);
+	/* parsed: */
+	int mode;			/* index in @modes */
+	long trials;			/* 0 if not given */
+	int npages;			/* 0 if not given */
+	long linger;			/* default 20 */
+	bool keep_going, quick;
+};
+void parse_attack_args(int argc, char **argv, struct attack_args *a);
+/* Root and 2 usable CPUs, else exit 1; main on the first, reader on the last. */
+void attack_cpus(int *main_cpu, int *reader_cpu);
+/* The shared block and /proc/self/pagemap; after pin_main(). */
+void attack_init(const char *experiment, int main_cpu, int reader_cpu);
+/*
+ * Fork the helper (it runs @op(ctl->op) for every helper_command()), then
+ * start the reader.  @npages: pages per trial (the canary has 2n + 8);
+ * @huge_canary: canary memory MADV_HUGEPAGE, not NOHUGEPAGE.
+ */
+void attack_start(int npages, bool huge_canary, void (*op)(int op));
+/* The measured phase, with the reader's context switches around it. */
+void attack_begin(struct phase *p);
+/* End the phase, stop the reader and the helper. */
+void attack_end(struct phase *p);
+/* Run @op (> 0) in the helper and wait; exit 1 on the helper's error. */
+void helper_command(int op);
+/* In the helper: make the command fail with this message. */
+void helper_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/*
+ * In the helper: take the trial's pages from main's mm on this CPU
+ * (process_madvise(MADV_PAGEOUT), or move_pages to ctl->target_node) and
+ * count in ctl->taken the pages whose PTE no longer maps the old PFN.
+ */
+void helper_take_away(void);
+/*
+ * In the helper, stale-tlb's trial: take the pages away, release them if
+ * LUF holds them (ctl->luf_release: the switch to 0, flush and free on
+ * this CPU, and back to 1), and at once fill fresh anonymous pages with a
+ * canary: the per-cpu free list is LIFO, so they are the freed pages
+ * (ctl->reused counts those whose PFN proves it).
+ */
+void helper_reuse_trial(void);
+/* Words 1..511 of a page, pseudo-random from @seed (splitmix64). */
+void random_tag(uint64_t *tag, uint64_t seed);
+/* pagemap entry of @addr in @fd (bit 63 present, 62 swapped, PFN: root). */
+uint64_t pagemap_entry(int fd, uintptr_t addr);
+uint64_t present_pfn(uint64_t e);
+/* pagemap_entry() of main's own address @addr */
+uint64_t pagemap_self(uintptr_t addr);
+
+/* Never-used addresses: a reservation cut into slices with a guard between. */
+struct fresh_va {
+	char *next, *end;
+};
+void fresh_va_reserve(struct fresh_va *f, long slices, size_t len,
+		      size_t align);
+/* The next @len bytes at an @align boundary; exit 1 when none are left. */
+char *fresh_va(struct fresh_va *f, size_t len, size_t align, long attempts);
+
+/*
+ * Fault in @npages pages at @va on this CPU (onto its LRU batch, which the
+ * take-away drains), check each reads ctl->old, note its PFN.
+ */
+void trial_fault_in(uintptr_t va, int npages, long attempt);
+/* Trial @t: the reader reads ctl->old at @va once before this returns. */
+void trial_start(uintptr_t va, int npages, long t, enum after_done after);
+/* Main's "done": from now on the reader must see what ctl->after says. */
+void trial_done(void);
+/* Until the reader is on @trial and has made @passes full passes over it. */
+void wait_reader(long trial, long passes, const char *what);
+/* Stop the reader; the trial's addresses PROT_NONE, never mapped again. */
+void trial_stop(void);
+/* is the luf switch there and on?  Then it is put back to 1 at exit. */
+bool luf_on(void);
+
+/*
+ * The result fields every attack has: trials, violations, bad_reads,
+ * pages_per_trial, linger_passes, cpu_reader, cpu_helper, file and
+ * v<i>_trial/_page/_addr/_offset/_expected/_seen/_kind.
+ */
+void attack_fields(struct fields *extra, long trials, int npages,
+		   long linger, const char *file);
+/* The reader's involuntary context switches so far. */
+long long reader_preemptions(void);
+/* checks: reader_voluntary_switches, reader_involuntary_switches */
+void attack_switch_checks(struct fields *checks);
 
 #endif

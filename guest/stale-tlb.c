@@ -27,7 +27,10 @@
  * page now holds).  Under QEMU TCG a stale translation survives until the
  * guest flushes it, so a missing flush is seen, not just possible.
  *
- * The reader, the helper and the trial's mechanics are lib/reader.c's.
+ * The reader, the helper and the trial's mechanics are lib/reader.c's,
+ * shared with luf-hazards.  When the kernel's LUF holds the pages it takes
+ * away lazily (the luf switch is on), the helper releases them (the switch
+ * off and on again: flush, then free on its CPU) before the canary.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -356,6 +359,7 @@ int main(int argc, char **argv)
 	pin_main(main_cpu);
 	attack_init(name, main_cpu, reader_cpu);
 	ctl->migrate = mode == MIGRATE;
+	ctl->luf_release = luf_on();
 	if (mode >= ANON) {
 		random_tag(r.anon_tag, 0x5354414c45544c42ULL ^
 			   (uint64_t)getpid() << 32);

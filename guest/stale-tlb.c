@@ -346,8 +346,6 @@ int main(int argc, char **argv)
 	}
 	if (mode >= ANON) {
 		require_swap(2 * r.npages * PAGE_SIZE_4K);
-		if (mode == ANON_32K)
-			mthp_set_only(4 * FOLIO_PAGES);
 	} else if (!r.nfiles) {
 		for (int i = 0; i < 3; i++)
 			if (!access(default_files[i], R_OK))
@@ -356,7 +354,10 @@ int main(int argc, char **argv)
 			die(1, "no file to read: give --file PATH (lab/datadisk.py's format, on a disk filesystem) or boot the guest with the lab's data disk at /data");
 	}
 
+	/* settings after pin_main(): its parent _exit()s, restoring nothing */
 	pin_main(main_cpu);
+	if (mode == ANON_32K)
+		mthp_set_only(4 * FOLIO_PAGES);
 	attack_init(name, main_cpu, reader_cpu);
 	ctl->migrate = mode == MIGRATE;
 	ctl->luf_release = luf_on();

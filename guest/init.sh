@@ -1,13 +1,14 @@
 #!/bin/busybox sh
 # /init of the lab's guest: mount the pseudo filesystems, set up what the
-# kernel command line asks for (unflush.zram=SIZE, unflush.data=1), run
+# kernel command line asks for (unflush.zram=SIZE, unflush.data=1,
+# unflush.scratch=SIZE), run
 # /run.sh with its output on the second serial port (/dev/ttyS1, which the
 # host reads apart from the kernel console), report its exit status there,
 # and power off.  The host treats a missing UNFLUSH-EXIT line as a guest
 # that died.
 /bin/busybox --install -s /bin
 export PATH=/unflush/bin:/bin:/sbin
-mkdir -p /proc /sys /dev /tmp /run /data
+mkdir -p /proc /sys /dev /tmp /run /data /scratch
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
@@ -32,6 +33,17 @@ for arg in $(cat /proc/cmdline); do
 		;;
 	unflush.data=1)
 		mount -t ext2 -o ro /dev/vda /data || fail "mount /dev/vda on /data"
+		;;
+	unflush.scratch=*)
+		# a writable disk filesystem (clean page cache that reclaim
+		# drops, unlike tmpfs): ext2 on a zram device of its own
+		size=${arg#unflush.scratch=}
+		dev=/dev/zram$(cat /sys/class/zram-control/hot_add) ||
+			fail "zram hot_add"
+		echo "$size" >/sys/block/${dev#/dev/}/disksize ||
+			fail "${dev#/dev/} disksize $size"
+		mke2fs -b 4096 "$dev" >/dev/null 2>&1 || fail "mke2fs $dev"
+		mount -t ext2 "$dev" /scratch || fail "mount $dev on /scratch"
 		;;
 	esac
 done

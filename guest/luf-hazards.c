@@ -1,0 +1,503 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * luf-hazards: attack the hazard rules of LUF, the lazy unmap flush
+ * (Documentation/mm/luf.rst, patch 0013: "Hazards and rules").
+ *
+ * Under LUF, when reclaim unmaps a clean folio of a file nobody has open for
+ * writing and every PTE to it was read-only, the kernel does not flush: other
+ * CPUs keep a read-only translation to the old page P, which is held (not
+ * freed) until a flush.  That is safe only while P holds what it held and a
+ * fresh translation would give the same bytes; each rule flushes before that
+ * stops being true.  Each mode breaks the second half (or, in reuse, the
+ * first) right after a lazy take-away and checks that the reader, pinned
+ * alone on the last CPU and reading all along through its old translation,
+ * sees the change:
+ *
+ *   cow       R3: a MAP_PRIVATE, PROT_READ|PROT_WRITE mapping, read-faulted;
+ *             main writes new data to the page (a COW fault into a none PTE
+ *             installs a writable PTE to a new anonymous copy);
+ *   write     R4: the helper process opens the file for writing and
+ *             pwrite()s new data over the page;
+ *   truncate  R4 and R6: the helper truncates the file below the page
+ *             (truncate(2) on the path); the reader must get SIGBUS;
+ *   remap     R5 (6.12's flush_tlb_batched_pending()): main maps another
+ *             file at the same address with MAP_FIXED;
+ *   reuse     R1: stale-tlb's attack; the helper makes LUF release the held
+ *             pages (the switch off and on: flush, then free on its CPU)
+ *             and fills fresh pages with a canary, which gets them.
+ *
+ * After main says "done", the reader must see the new data (SIGBUS in
+ * truncate, never the canary in reuse); the old bytes are a violation,
+ * printed at once.  A trial counts only if the take-away was lazy:
+ * nr_tlb_luf_folios moved by the trial's pages.  The reader, the helper and
+ * the trial's mechanics are lib/reader.c's, shared with stale-tlb.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/statvfs.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "unflush.h"
+
+static const char usage[] =
+"usage: luf-hazards cow|write|truncate|remap|reuse [--trials N] [--pages N]\n"
+"                   [--dir DIR] [--linger N] [--disable-rules MASK]\n"
+"                   [--keep-going] [--quick]\n"
+"\n"
+"Attacks the hazard rules of LUF, the lazy unmap flush\n"
+"(Documentation/mm/luf.rst in the kernel).\n"
+"A reader thread pinned alone on the last CPU keeps reading a file's pages\n"
+"through a fresh mapping.  A helper process on the first CPU takes them away\n"
+"with process_madvise(MADV_PAGEOUT); LUF leaves the reader's translation\n"
+"stale.  Then the mode changes what a fresh translation would give, says\n"
+"\"done\", and the reader must see the change.\n"
+"\n"
+"modes (the rule each attacks):\n"
+"  cow          R3: MAP_PRIVATE, PROT_READ|PROT_WRITE, read-faulted; main\n"
+"               writes new data (COW fault into a none PTE)\n"
+"  write        R4: MAP_SHARED, PROT_READ; the helper opens the file for\n"
+"               writing and pwrite()s new data over the pages\n"
+"  truncate     R4, R6: MAP_SHARED, PROT_READ; the helper truncates the file\n"
+"               below the pages: the reader must get SIGBUS\n"
+"  remap        R5: MAP_SHARED, PROT_READ; main maps another file at the same\n"
+"               address (MAP_FIXED)\n"
+"  reuse        R1: the helper releases the held pages (the luf switch off\n"
+"               and on) and fills fresh pages with a canary, which gets them\n"
+"               (PFNs); the reader must never see it\n"
+"\n"
+"  --trials N   lazy trials to run (default 1000, --quick 200)\n"
+"  --pages N    pages per trial (default 4, at most 64)\n"
+"  --dir DIR    where to make the files: a disk filesystem (not tmpfs: LUF\n"
+"               acts on clean page cache) the program can write (default\n"
+"               /scratch: the lab's guest makes an ext2 on zram there when\n"
+"               booted with unflush.scratch=SIZE); removed at exit\n"
+"  --linger N   reader passes over the pages after \"done\" (default 20)\n"
+"  --disable-rules MASK\n"
+"               write MASK to /sys/kernel/debug/luf/disable_rules\n"
+"               (CONFIG_DEBUG_LUF; 0 again at exit): bit 0 R1, 1 R3, 2 R4,\n"
+"               3 R5 (userfaultfd), 4 R6; to see a mode fail without its rule\n"
+"  --keep-going do not stop after the first trial with a violation\n"
+"  --quick      fewer trials, for CI\n"
+"\n"
+"Needs root, 2 usable CPUs, a kernel with LUF (" LUF_SWITCH ",\n"
+"switched on here and put back at exit) and nr_tlb_luf_folios in\n"
+"/proc/vmstat (CONFIG_DEBUG_TLBFLUSH): a trial whose take-away did not move\n"
+"it was not lazy and is not counted (missed_trials), nor is one in which\n"
+"the reader's CPU ran anything else between the take-away and the mode's\n"
+"operation (disturbed_trials: switching back flushes its TLB).  Each\n"
+"violation is printed at once as 'UNFLUSH-VIOLATION {json}' (kind old: the\n"
+"bytes from before the take-away; canary; foreign: anything else); at the\n"
+"end one UNFLUSH-RESULT line, experiment luf-hazards/<mode>, with trials,\n"
+"violations, rule, disable_rules, sigbus_reads and the first violations;\n"
+"checks: attempts, missed_trials, lazy_trials, disturbed_trials,\n"
+"luf_folios, taken_pages, reused_pages, expected_pages.\n"
+"Exit 0: no violation; 1: violations (result printed), or a precondition\n"
+"failed (no result); 2: usage.\n";
+
+#define DISABLE_RULES	"/sys/kernel/debug/luf/disable_rules"
+#define UNMAP_FLUSH	"/sys/kernel/mm/tlb_batching/unmap_flush"
+#define NEW_MAGIC	0x4E3E3000ULL	/* high 32 bits of word 0 of new data */
+
+enum mode { COW, WRITE, TRUNCATE, REMAP, REUSE };
+static const struct {
+	const char *rule;
+	enum after_done after;
+} modes[] = {
+	[COW]      = { "R3",    AFTER_NEW },
+	[WRITE]    = { "R4",    AFTER_NEW },
+	[TRUNCATE] = { "R4,R6", AFTER_SIGBUS },
+	[REMAP]    = { "R5",    AFTER_NEW },
+	[REUSE]    = { "R1",    AFTER_SAME },
+};
+enum op { OP_TAKE = 1, OP_WRITE, OP_TRUNCATE, OP_REUSE };
+
+static enum mode mode;
+
+/* A file of the lab's data-disk format: page p is p, then the file's tag. */
+struct testfile {
+	char path[sizeof(ctl->path)];
+	int fd;				/* O_RDONLY: nobody writes it */
+	uint64_t tag[PAGE_WORDS];
+};
+
+struct run {
+	long trials, linger, slots;
+	int npages;
+	bool keep_going;
+	struct testfile a, b;		/* b: remap's other file */
+	struct fresh_va va;
+	/* tallies */
+	long done, attempts, missed, disturbed, taken, reused, luf_folios;
+};
+
+static char made[2][sizeof(ctl->path)];
+
+static void remove_files(void)
+{
+	for (int i = 0; i < 2; i++)
+		if (made[i][0])
+			unlink(made[i]);
+}
+
+static void fill_page(uint64_t *q, uint64_t index, const uint64_t *tag)
+{
+	q[0] = index;
+	for (int w = 1; w < (int)PAGE_WORDS; w++)
+		q[w] = tag[w];
+}
+
+/* --- the helper's commands ------------------------------------------------- */
+
+/* write: new data over the trial's pages, through a file opened to write */
+static void helper_write(void)
+{
+	static uint64_t buf[TRIAL_MAX_PAGES][PAGE_WORDS];
+	size_t len = ctl->npages * PAGE_SIZE_4K;
+	int fd;
+
+	for (int i = 0; i < ctl->npages; i++)
+		fill_page(buf[i], ctl->new.index[i], ctl->new.tag);
+	fd = open(ctl->path, O_WRONLY);
+	if (fd < 0) {
+		helper_fail("cannot open %s for writing: %s", ctl->path,
+			    strerror(errno));
+		return;
+	}
+	/* written back here, not later by a flusher thread on any CPU */
+	if (pwrite(fd, buf, len, ctl->length) != (ssize_t)len ||
+	    fdatasync(fd))
+		helper_fail("cannot write %s: %s", ctl->path, strerror(errno));
+	close(fd);
+}
+
+static void helper_op(int op)
+{
+	switch (op) {
+	case OP_TAKE:
+		helper_take_away();
+		break;
+	case OP_WRITE:
+		helper_write();
+		break;
+	case OP_TRUNCATE:
+		if (truncate(ctl->path, ctl->length))
+			helper_fail("truncate %s: %s", ctl->path,
+				    strerror(errno));
+		break;
+	case OP_REUSE:
+		helper_reuse_trial();
+		break;
+	}
+}
+
+/* --- set-up ---------------------------------------------------------------- */
+
+static void check_dir(const char *dir, size_t bytes)
+{
+	struct statfs fs;
+	struct statvfs vfs;
+
+	if (statfs(dir, &fs))
+		die(1, "no %s (%s): LUF needs a disk filesystem to write files on; boot the lab's guest with unflush.scratch=128M (python3 -m lab run --append unflush.scratch=128M) or give --dir DIR",
+		    dir, strerror(errno));
+	if (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC)
+		die(1, "%s is on tmpfs or ramfs, whose pages reclaim swaps out, not drops: give --dir on a disk filesystem (the lab: unflush.scratch=SIZE)",
+		    dir);
+	if (!statvfs(dir, &vfs) && (size_t)vfs.f_bavail * vfs.f_bsize < bytes)
+		die(1, "%s has %zu MiB free, the files need %zu MiB: fewer --trials or --pages, or a larger filesystem",
+		    dir, (size_t)vfs.f_bavail * vfs.f_bsize / MiB, bytes / MiB);
+}
+
+/*
+ * Make @f: @pages pages, written, on disk, dropped from the page cache and
+ * closed, so that nobody has it open for writing (LUF's gate, rule R4) and
+ * each trial's read fault brings its pages in clean, on this CPU.
+ */
+static void make_file(struct testfile *f, char *made_path, const char *dir,
+		      char name, long pages)
+{
+	static uint64_t buf[64][PAGE_WORDS];
+	int fd;
+
+	snprintf(f->path, sizeof(f->path), "%s/luf-hazards-%d-%c", dir,
+		 (int)getpid(), name);
+	random_tag(f->tag, 0x4c55462d48415a00ULL ^ (uint64_t)name ^
+		   (uint64_t)getpid() << 32);
+	fd = open(f->path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0)
+		die(1, "cannot make %s: %s%s", f->path, strerror(errno),
+		    errno == EROFS ? " (a read-only mount: give --dir on a writable one)" : "");
+	snprintf(made_path, sizeof(f->path), "%s", f->path);
+	for (long p = 0; p < pages; p += 64) {
+		long n = pages - p < 64 ? pages - p : 64;
+
+		for (long k = 0; k < n; k++)
+			fill_page(buf[k], p + k, f->tag);
+		if (write(fd, buf, n * PAGE_SIZE_4K) != (ssize_t)(n * PAGE_SIZE_4K))
+			die(1, "cannot write %s: %s", f->path, strerror(errno));
+	}
+	/* dirty page cache is written back, not dropped, by MADV_PAGEOUT */
+	if (fsync(fd))
+		die(1, "fsync %s: %s", f->path, strerror(errno));
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	close(fd);
+	f->fd = open(f->path, O_RDONLY);
+	if (f->fd < 0)
+		die(1, "cannot open %s: %s", f->path, strerror(errno));
+	/* no readahead: every page the trials use is faulted alone */
+	posix_fadvise(f->fd, 0, 0, POSIX_FADV_RANDOM);
+}
+
+static void set_rules(const char *mask)
+{
+	need_debugfs(DISABLE_RULES);
+	if (!path_exists(DISABLE_RULES))
+		die(1, "--disable-rules: no " DISABLE_RULES ": this kernel has no CONFIG_DEBUG_LUF; use the lab's debug kernel");
+	setting_write(DISABLE_RULES, mask);
+}
+
+/* --- the trials ------------------------------------------------------------ */
+
+/* Map @f's pages from @region at @va, as the mode wants them. */
+static void map_region(struct run *r, uintptr_t va, struct testfile *f,
+		       long region)
+{
+	size_t len = r->npages * PAGE_SIZE_4K;
+	bool cow = mode == COW;
+
+	if (mmap((void *)va, len, PROT_READ | (cow ? PROT_WRITE : 0),
+		 (cow ? MAP_PRIVATE : MAP_SHARED) | MAP_FIXED, f->fd,
+		 region * len) == MAP_FAILED)
+		die(1, "mmap of %s: %s", f->path, strerror(errno));
+	/* no readahead around faults, neither here nor in the reader */
+	madvise((void *)va, len, MADV_RANDOM);
+}
+
+static void file_image(struct page_image *m, const struct testfile *f,
+		       long region, int npages)
+{
+	memcpy(m->tag, f->tag, sizeof(m->tag));
+	for (int i = 0; i < npages; i++)
+		m->index[i] = region * npages + i;
+}
+
+/* After a lazy take-away: make a fresh translation give other bytes. */
+static void hazard(struct run *r, uintptr_t va, long region)
+{
+	ctl->length = region * r->npages * PAGE_SIZE_4K;
+	switch (mode) {
+	case COW:
+		for (int i = 0; i < r->npages; i++)
+			fill_page((uint64_t *)(va + i * PAGE_SIZE_4K),
+				  ctl->new.index[i], ctl->new.tag);
+		break;
+	case WRITE:
+		helper_command(OP_WRITE);
+		break;
+	case TRUNCATE:
+		helper_command(OP_TRUNCATE);
+		break;
+	case REMAP:
+		map_region(r, va, &r->b, region);
+		break;
+	case REUSE:
+		break;
+	}
+}
+
+static void one_trial(struct run *r)
+{
+	long t = ++r->attempts;
+	/* truncate cuts the file from its end: each trial takes the last region */
+	long region = mode == TRUNCATE ? r->slots - t : t - 1;
+	uintptr_t va = (uintptr_t)fresh_va(&r->va, r->npages * PAGE_SIZE_4K,
+					   PAGE_SIZE_4K, t);
+	struct timespec settle = { 0, 20 * 1000 * 1000 };
+	long long luf0, luf1, preempted;
+	bool lazy, disturbed;
+
+	file_image(&ctl->old, &r->a, region, r->npages);
+	if (mode == REMAP) {
+		file_image(&ctl->new, &r->b, region, r->npages);
+	} else {
+		random_tag(ctl->new.tag, NEW_MAGIC ^ (uint64_t)t << 20);
+		for (int i = 0; i < r->npages; i++)
+			ctl->new.index[i] = NEW_MAGIC << 32 | (uint64_t)t << 8 | i;
+	}
+	map_region(r, va, &r->a, region);
+	/* on this CPU: onto the LRU batch the take-away drains */
+	trial_fault_in(va, r->npages, t);
+	trial_start(va, r->npages, t, modes[mode].after);
+
+	/*
+	 * Under LUF, anything the reader's CPU switches to after the take-away
+	 * flushes its TLB on the way back (the take-away moved the mm's
+	 * tlb_gen): a trial in which that happened before the rule's flush
+	 * proves nothing.  The rule flushes first thing in every mode's
+	 * operation (and in reuse's release), so the window ends where that
+	 * begins; switches after it are harmless (on a correct kernel, the
+	 * work item that frees the held pages after a rule's flush may run on
+	 * the reader's CPU).  Most switches were rcu_sched, woken by the grace
+	 * period of this trial's mmap (VMAs are freed by RCU), on the reader's
+	 * CPU because main's was busy: let it run now, on this idle CPU.
+	 */
+	nanosleep(&settle, NULL);
+	preempted = reader_preemptions();
+	/* no stat_refresh here: it would run work on the reader's CPU */
+	luf0 = vmstat_value("nr_tlb_luf_folios");
+	helper_command(mode == REUSE ? OP_REUSE : OP_TAKE);
+	luf1 = vmstat_value("nr_tlb_luf_folios");
+	lazy = ctl->taken == r->npages && luf1 - luf0 >= r->npages;
+	disturbed = reader_preemptions() != preempted;
+	r->luf_folios += luf1 - luf0;
+	r->taken += ctl->taken;
+	r->reused += ctl->reused;
+
+	if (lazy && mode != REUSE) {
+		long passes;
+
+		hazard(r, va, region);
+		passes = atomic_load(&ctl->passes);
+		trial_done();
+		/* +1: the pass under way may have begun before "done" */
+		wait_reader(t, passes + 1 + r->linger,
+			    "read on after \"done\"");
+	} else {
+		wait_reader(t, atomic_load(&ctl->passes) + r->linger,
+			    "finish reading after the take-away");
+	}
+	if (!lazy)
+		r->missed++;
+	else if (disturbed)
+		r->disturbed++;
+	else
+		r->done++;
+	trial_stop();
+}
+
+static const char *dir = "/scratch";
+static char mask[32];
+
+/* --dir DIR, --disable-rules MASK */
+static void own_arg(int i, char *value)
+{
+	char *end;
+	unsigned long m;
+
+	if (i == 0) {
+		if (strlen(value) > 200)
+			usage_error("--dir: a path of at most 200 characters");
+		dir = value;
+		return;
+	}
+	errno = 0;
+	m = strtoul(value, &end, 0);
+	if (errno || end == value || *end || value[0] == '-')
+		usage_error("bad --disable-rules '%s': give a bitmask like 2 or 0x14",
+			    value);
+	snprintf(mask, sizeof(mask), "%lu", m);
+}
+
+int main(int argc, char **argv)
+{
+	static const char *const names[] = {
+		"cow", "write", "truncate", "remap", "reuse", NULL };
+	static const char *const own[] = { "dir", "disable-rules", NULL };
+	struct attack_args args = {
+		.usage = usage, .modes = names, .own = own, .own_arg = own_arg };
+	struct fields extra = { 0 }, checks = { 0 };
+	struct run r = { 0 };
+	int main_cpu, reader_cpu;
+	struct phase p = { 0 };
+	long max_missed, violations;
+	char name[64];
+
+	parse_attack_args(argc, argv, &args);
+	mode = args.mode;
+	r.trials = args.trials;
+	r.npages = args.npages ? args.npages : 4;
+	r.linger = args.linger;
+	r.keep_going = args.keep_going;
+	if (!r.trials)
+		r.trials = args.quick ? 200 : 1000;
+	snprintf(name, sizeof(name), "luf-hazards/%s", names[mode]);
+
+	/* preconditions: never a pass that was not tested */
+	if (!path_exists(LUF_SWITCH))
+		die(1, "this kernel has no LUF (" LUF_SWITCH "): nothing to attack");
+	attack_cpus(&main_cpu, &reader_cpu);
+	if (vmstat_value("nr_tlb_luf_folios") < 0)
+		die(1, "no nr_tlb_luf_folios in /proc/vmstat (CONFIG_DEBUG_TLBFLUSH): a lazy take-away could not be told from a flushed one");
+	max_missed = r.trials / 10 + 10;
+	/* room for as many disturbed trials as trials (TCG: 0 to 14 %) */
+	r.slots = 2 * r.trials + max_missed + 1;
+	check_dir(dir, (mode == REMAP ? 2 : 1) * r.slots * r.npages *
+		  PAGE_SIZE_4K);
+
+	pin_main(main_cpu);
+	if (mask[0])
+		set_rules(mask);
+	setting_write(LUF_SWITCH, "1");
+	/* without the deferred flush there is nothing to make lazy */
+	if (path_exists(UNMAP_FLUSH))
+		setting_write(UNMAP_FLUSH, "1");
+	attack_init(name, main_cpu, reader_cpu);
+	ctl->luf_release = mode == REUSE;
+	cleanup_push_fn(remove_files);
+	make_file(&r.a, made[0], dir, 'a', r.slots * r.npages);
+	if (mode == REMAP)
+		make_file(&r.b, made[1], dir, 'b', r.slots * r.npages);
+	snprintf(ctl->path, sizeof(ctl->path), "%s", r.a.path);
+	fresh_va_reserve(&r.va, r.slots, r.npages * PAGE_SIZE_4K, PAGE_SIZE_4K);
+
+	attack_start(r.npages, false, helper_op);
+	attack_begin(&p);
+	while (r.done < r.trials) {
+		one_trial(&r);
+		if (atomic_load(&ctl->violations) && !r.keep_going)
+			break;
+		if (r.missed > max_missed || r.disturbed > r.trials)
+			break;
+	}
+	attack_end(&p);
+
+	violations = atomic_load(&ctl->violations);
+	if (!violations && r.missed > max_missed)
+		die(1, "in %ld of %ld trials the take-away was not lazy (nr_tlb_luf_folios +%ld for %ld pages taken; LUF fell back: writable %lld, file %lld, race %lld, other %lld): the test proves nothing; is %s on a disk filesystem and not open for writing?",
+		    r.missed, r.attempts, r.luf_folios, r.taken,
+		    phase_delta(&p, "nr_tlb_luf_fallback_writable"),
+		    phase_delta(&p, "nr_tlb_luf_fallback_file"),
+		    phase_delta(&p, "nr_tlb_luf_fallback_race"),
+		    phase_delta(&p, "nr_tlb_luf_fallback_other"), r.a.path);
+	if (!violations && r.disturbed > r.trials)
+		die(1, "in %ld of %ld trials the reader's CPU switched to another task between the take-away and the mode's operation (which flushes its TLB under LUF): the test proves nothing; is something else running?",
+		    r.disturbed, r.attempts);
+	if (!violations && mode == REUSE && r.reused * 2 < r.done * r.npages)
+		die(1, "the canary process got only %ld of the %ld released pages: the test proves little; is something else allocating on CPU %d?",
+		    r.reused, r.done * r.npages, main_cpu);
+
+	attack_fields(&extra, r.done, r.npages, r.linger, r.a.path);
+	field_str(&extra, "rule", modes[mode].rule);
+	field_int(&extra, "disable_rules", mask[0] ? strtol(mask, NULL, 10) : 0);
+	field_int(&extra, "sigbus_reads", atomic_load(&ctl->sigbus_reads));
+	field_int(&checks, "attempts", r.attempts);
+	field_int(&checks, "missed_trials", r.missed);
+	field_int(&checks, "lazy_trials", r.done + r.disturbed);
+	field_int(&checks, "disturbed_trials", r.disturbed);
+	field_int(&checks, "luf_folios", r.luf_folios);
+	field_int(&checks, "taken_pages", r.taken);
+	field_int(&checks, "reused_pages", r.reused);
+	field_int(&checks, "expected_pages", r.attempts * r.npages);
+	attack_switch_checks(&checks);
+	report_result(name, "threads", 0, &p, &extra, &checks);
+	phase_free(&p);
+	fflush(stdout);
+	return violations ? 1 : 0;
+}

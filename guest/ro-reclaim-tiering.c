@@ -27,7 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "unflush.h"
+#include "roload.h"
 
 #define CHUNK_PAGES	16	/* threads take turns by 64 KiB chunks */
 #define MAX_PROCS	64
@@ -63,30 +63,6 @@ static const char usage[] =
 "Experiment id: ro-reclaim-tiering.  Fields: procs, threads, passes,\n"
 "pages_touched, pages_per_s.  checks: pgsteal, pgdemote, pgpromote_success,\n"
 "resident_pages_before, demotion.\n";
-
-/* Demotion needs somewhere slower to go: a node with memory but no CPU. */
-static bool enable_tiering(void)
-{
-	int mem_nodes[64], cpu_nodes[64], nmem, ncpu;
-	bool cpuless = false;
-
-	nmem = node_list("has_memory", mem_nodes, 64);
-	ncpu = node_list("has_cpu", cpu_nodes, 64);
-	for (int m = 0; m < nmem; m++) {
-		bool has_cpu = false;
-
-		for (int c = 0; c < ncpu; c++)
-			has_cpu |= cpu_nodes[c] == mem_nodes[m];
-		cpuless |= !has_cpu;
-	}
-	if (!cpuless || ncpu <= 0)
-		return false;
-	setting_write("/sys/kernel/mm/numa/demotion_enabled", "1");
-	/* promotion back to the fast node needs NUMA balancing in tiering mode */
-	if (path_exists("/proc/sys/kernel/numa_balancing"))
-		setting_write("/proc/sys/kernel/numa_balancing", "2");
-	return true;
-}
 
 static pid_t children[MAX_PROCS];
 static int nchildren;
@@ -175,22 +151,15 @@ static void reader_process(const char *file, int threads, int passes,
 	struct reader r[MAX_CPUS];
 	pthread_t tid[MAX_CPUS];
 	pthread_barrier_t start;
-	struct stat st;
+	size_t len;
 	void *map;
-	int fd;
 
 	memcg_join();
-	fd = open(file, O_RDONLY);
-	if (fd < 0 || fstat(fd, &st))
-		die(1, "cannot open %s: %s", file, strerror(errno));
-	map = mmap(NULL, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-	if (map == MAP_FAILED)
-		die(1, "cannot map %s: %s", file, strerror(errno));
-	close(fd);
+	map = map_file(file, PROT_READ, MAP_SHARED, &len);
 	pthread_barrier_init(&start, NULL, threads + 1);
 	for (int t = 0; t < threads; t++) {
 		r[t] = (struct reader){ .map = map, .threads = threads,
-			.pages = st.st_size / PAGE_SIZE_4K, .index = t,
+			.pages = len / PAGE_SIZE_4K, .index = t,
 			.cpu = cpus[t % ncpus], .passes = passes,
 			.start = &start };
 		if (pthread_create(&tid[t], NULL, stream, &r[t]))
@@ -254,27 +223,8 @@ static long long evict(char **files, int nfiles)
 {
 	long long resident = 0;
 
-	for (int i = 0; i < nfiles; i++) {
-		int fd = open(files[i], O_RDONLY);
-		struct stat st;
-		unsigned char *vec;
-		size_t pages;
-		void *map;
-
-		if (fd < 0 || fstat(fd, &st))
-			die(1, "cannot open %s: %s", files[i], strerror(errno));
-		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-		pages = (st.st_size + PAGE_SIZE_4K - 1) / PAGE_SIZE_4K;
-		map = mmap(NULL, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-		vec = malloc(pages);
-		if (map != MAP_FAILED && vec && !mincore(map, st.st_size, vec))
-			for (size_t p = 0; p < pages; p++)
-				resident += vec[p] & 1;
-		free(vec);
-		if (map != MAP_FAILED)
-			munmap(map, st.st_size);
-		close(fd);
-	}
+	for (int i = 0; i < nfiles; i++)
+		resident += evict_file(files[i]);
 	return resident;
 }
 
@@ -336,7 +286,7 @@ int main(int argc, char **argv)
 	memcg_create("unflush-ro", limit);
 	/* runs before the cgroup's removal: it must be empty by then */
 	cleanup_push_fn(kill_children);
-	tiering = enable_tiering();
+	tiering = tiering_enable();
 	touched = mmap(NULL, procs * sizeof(*touched), PROT_READ | PROT_WRITE,
 		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (touched == MAP_FAILED)

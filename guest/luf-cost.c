@@ -1,0 +1,590 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * luf-cost: what LUF costs work that has nothing to do with it (seed 001).
+ *
+ * LUF leaves the TLB flushes of clean, read-only page cache pending when
+ * reclaim or migration unmaps it, and pays for that elsewhere: a check of
+ * the mm's note before a fault makes a PTE writable (R3), a check of the
+ * file's note when a file is opened for writing (R4), and freed pages held
+ * back from the allocator until their flush.  Its issue asks that writes,
+ * page faults and unrelated allocations stay within the run-to-run spread of
+ * LUF switched off while a load makes LUF work.  This program runs that
+ * load in the background (lib/roload.c: seed 001's read-only streaming in a
+ * memory cgroup too small for it, with demotion to a CPU-less node if there
+ * is one) and measures each of those operations in the foreground, outside
+ * the cgroup.  It never touches the luf switch: the lab runs it once with
+ * the switch on and once with it off.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <linux/magic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "roload.h"
+
+#define SWITCH_LUF	"/sys/kernel/mm/tlb_batching/luf"
+#define WARMUP_S	120.0
+
+static const char usage[] =
+"usage: luf-cost write|fault|alloc-latency --files F1,F2,... [--procs N]\n"
+"                [--threads T] [--memcg-limit M] [--ops N] [--size S]\n"
+"                [--tmpfs-dir DIR] [--disk-dir DIR] [--reps N] [--quick]\n"
+"                [--shape threads|single]\n"
+"\n"
+"Start a background load that keeps reclaim unmapping clean read-only page\n"
+"cache (what LUF defers): N processes (default one per file, file i mod\n"
+"files to process i) in a cgroup v2 memory cgroup with memory.max = M,\n"
+"each mapping its file MAP_SHARED PROT_READ and reading one byte per 4K\n"
+"page, pass after pass, with T threads, thread t on the (t+1) mod ncpus-th\n"
+"usable CPU, at nice 19; wait until reclaim runs; then, in this process,\n"
+"outside the cgroup, pinned to the first usable CPU, measure per repetition\n"
+"(one UNFLUSH-RESULT per phase):\n"
+"\n"
+"  write          pwrite() of 4 KiB, --ops times, cycling over a file of\n"
+"                 --size (default 4M) written in full beforehand, so every\n"
+"                 write overwrites page cache: phase tmpfs (a file in\n"
+"                 --tmpfs-dir), then phase disk (in --disk-dir).  Field\n"
+"                 write_ops_per_s.  --ops default 500000, --quick 100000.\n"
+"  fault          phase anon: first touch (a write) of every page of --size\n"
+"                 of private anonymous memory, MADV_NOHUGEPAGE; phase\n"
+"                 file-read: a read of every page of a file of --size in\n"
+"                 --disk-dir mapped MAP_SHARED PROT_READ, its page cache\n"
+"                 dropped first, MADV_RANDOM (no readahead, no fault-around:\n"
+"                 each fault reads its page); phase cow: a write to every\n"
+"                 page of the same file mapped MAP_PRIVATE, read into the\n"
+"                 page cache first, so every fault copies.  Fields faults\n"
+"                 (this process's minor + major faults, getrusage),\n"
+"                 faults_per_s, pages_per_s.\n"
+"                 --size default 256M, --quick 64M.\n"
+"  alloc-latency  --ops times: mmap() --size (default 64K) of anonymous\n"
+"                 memory, write every page, munmap(), each timed with\n"
+"                 clock_gettime(CLOCK_MONOTONIC).  Fields alloc_ops_per_s,\n"
+"                 alloc_lat_p50_ns, _p90_ns, _p99_ns, _max_ns, _mean_ns.\n"
+"                 --ops default 30000, --quick 5000.\n"
+"\n"
+"  --files      comma-separated files for the load, e.g. on the lab's\n"
+"               read-only data disk\n"
+"  --procs N    load processes (default: one per file)\n"
+"  --threads T  threads per load process (default: every usable CPU; 1 with\n"
+"               --shape single)\n"
+"  --memcg-limit M  memory.max of the load's cgroup (default 64M)\n"
+"  --tmpfs-dir  a tmpfs directory (default /dev/shm, else /tmp)\n"
+"  --disk-dir   a writable directory on a disk filesystem (default\n"
+"               /scratch, the lab's ext2 on zram, else the directory of the\n"
+"               first --files file)\n"
+"  --reps N     repetitions (default 3)\n"
+"  --quick      fewer operations, for CI smoke runs\n"
+"\n"
+"The files it makes are removed at exit; if a node has memory but no CPU,\n"
+"sets /sys/kernel/mm/numa/demotion_enabled to 1 and kernel.numa_balancing to\n"
+"2 (restored at exit).  Verifies that the load reclaimed during every\n"
+"measured phase (pgsteal > 0) and that the faults happened.  Experiment ids\n"
+"luf-cost/write, luf-cost/fault (field phase) and luf-cost/alloc-latency.\n"
+"Fields also: load_procs, load_threads, memcg_limit_bytes, load_pages (read\n"
+"by the load during the phase), load_pages_per_s.  checks: pgsteal,\n"
+"pgdemote, load_pages, luf_switch (the switch's value, -1 if absent).\n";
+
+enum mode { WRITE, FAULT, ALLOC_LATENCY, NR_MODES };
+static const char *const mode_names[NR_MODES] = {
+	"write", "fault", "alloc-latency" };
+
+struct cost {
+	struct run_opts o;
+	enum mode mode;
+	char experiment[64];
+	struct roload *load;
+	size_t limit, size;
+	long ops;
+	int rep;
+};
+
+/* A measured phase: the counters, the load's progress, our own faults. */
+struct measure {
+	struct phase p;
+	long long load0, load1;
+	long long faults0, faults1, major0, major1;
+};
+
+static void own_faults(long long *all, long long *major)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	*all = ru.ru_minflt + ru.ru_majflt;
+	*major = ru.ru_majflt;
+}
+
+static void measure_begin(struct cost *c, struct measure *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->load0 = roload_pages(c->load);
+	phase_begin(&m->p);
+	own_faults(&m->faults0, &m->major0);
+}
+
+static void measure_end(struct cost *c, struct measure *m)
+{
+	own_faults(&m->faults1, &m->major1);
+	phase_end(&m->p);
+	m->load1 = roload_pages(c->load);
+}
+
+static long long measured_faults(const struct measure *m)
+{
+	return m->faults1 - m->faults0;
+}
+
+/* The result line, with the load's fields and checks; @phase may be NULL. */
+static void report(struct cost *c, const char *phase, struct measure *m,
+		   struct fields *extra, struct fields *checks)
+{
+	long long pgsteal = phase_delta(&m->p, "pgsteal_anon") +
+			    phase_delta(&m->p, "pgsteal_file");
+	long long luf = -1, load = m->load1 - m->load0;
+	double s = phase_elapsed(&m->p);
+
+	read_number(SWITCH_LUF, &luf);
+	if (pgsteal <= 0)
+		die(1, "%s%s%s: the load reclaimed nothing during the measured phase (%lld pages read); lower --memcg-limit or give more --ops/--size",
+		    c->experiment, phase ? "/" : "", phase ? phase : "", load);
+	if (phase)
+		field_str(extra, "phase", phase);
+	field_int(extra, "load_procs", c->load->nprocs);
+	field_int(extra, "load_threads", c->load->threads);
+	field_int(extra, "memcg_limit_bytes", c->limit);
+	field_int(extra, "load_pages", load);
+	field_real(extra, "load_pages_per_s", s > 0 ? load / s : 0);
+	field_int(checks, "pgsteal", pgsteal);
+	field_int(checks, "pgdemote", phase_delta_prefix(&m->p, "pgdemote_"));
+	field_int(checks, "load_pages", load);
+	field_int(checks, "luf_switch", luf);
+	report_result(c->experiment, c->load->threads > 1 ? "threads" : "single",
+		      c->rep, &m->p, extra, checks);
+	phase_free(&m->p);
+	free(extra->b.s);
+	free(checks->b.s);
+	*extra = (struct fields){ 0 };
+	*checks = (struct fields){ 0 };
+}
+
+/* --- the files this program makes, removed at exit --- */
+
+static char made[3][PATH_MAX];
+
+static void remove_made(void)
+{
+	for (int i = 0; i < 3; i++)
+		if (made[i][0] && unlink(made[i]) && errno != ENOENT)
+			fprintf(stderr, "%s: cannot remove %s: %s\n",
+				program_invocation_short_name, made[i],
+				strerror(errno));
+}
+
+/* A new file @dir/luf-cost-<pid>.@what, open read-write, removed at exit. */
+static int make_file(int slot, const char *dir, const char *what)
+{
+	int fd;
+
+	if (!made[0][0] && !made[1][0] && !made[2][0])
+		cleanup_push_fn(remove_made);
+	snprintf(made[slot], PATH_MAX, "%s/luf-cost-%d.%s", dir, getpid(), what);
+	fd = open(made[slot], O_RDWR | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0)
+		die(1, "cannot create %s: %s", made[slot], strerror(errno));
+	return fd;
+}
+
+/* Every page of @len bytes of @fd written: page i holds i in every word. */
+static void fill_file(int fd, const char *path, size_t len)
+{
+	static uint64_t page[PAGE_SIZE_4K / 8];
+
+	for (size_t off = 0; off < len; off += PAGE_SIZE_4K) {
+		for (size_t w = 0; w < PAGE_SIZE_4K / 8; w++)
+			page[w] = off / PAGE_SIZE_4K;
+		if (pwrite(fd, page, PAGE_SIZE_4K, off) != PAGE_SIZE_4K)
+			die(1, "cannot write %s: %s", path, strerror(errno));
+	}
+}
+
+static long fs_type(const char *dir)
+{
+	struct statfs sf;
+
+	if (statfs(dir, &sf))
+		return -1;
+	return sf.f_type;
+}
+
+static const char *fs_name(long type, char *buf, size_t len)
+{
+	if (type == TMPFS_MAGIC)
+		return "tmpfs";
+	if (type == EXT2_SUPER_MAGIC)
+		return "ext2/3/4";
+	snprintf(buf, len, "0x%lx", type);
+	return buf;
+}
+
+static bool writable_dir(const char *dir)
+{
+	struct stat st;
+
+	return !stat(dir, &st) && S_ISDIR(st.st_mode) && !access(dir, W_OK);
+}
+
+/* --- write --- */
+
+static void measure_write(struct cost *c, int slot, const char *dir,
+			  const char *phase)
+{
+	static char buf[PAGE_SIZE_4K] __attribute__((aligned(4096)));
+	struct fields extra = { 0 }, checks = { 0 };
+	size_t pages = c->size / PAGE_SIZE_4K;
+	int fd = make_file(slot, dir, "write");
+	const char *path = made[slot];
+	struct measure m;
+	char type[32];
+
+	fill_file(fd, path, c->size);
+	measure_begin(c, &m);
+	for (long i = 0; i < c->ops; i++) {
+		memcpy(buf, &i, sizeof(i));
+		if (pwrite(fd, buf, PAGE_SIZE_4K,
+			   (i % pages) * PAGE_SIZE_4K) != PAGE_SIZE_4K)
+			die(1, "pwrite to %s: %s", path, strerror(errno));
+	}
+	measure_end(c, &m);
+	close(fd);
+	unlink(path);
+	field_int(&extra, "write_ops", c->ops);
+	field_real(&extra, "write_ops_per_s", c->ops / phase_elapsed(&m.p));
+	field_int(&extra, "write_bytes", PAGE_SIZE_4K);
+	field_int(&extra, "span_bytes", c->size);
+	field_str(&extra, "dir", dir);
+	field_str(&extra, "fs", fs_name(fs_type(dir), type, sizeof(type)));
+	report(c, phase, &m, &extra, &checks);
+}
+
+/* --- fault --- */
+
+static void fault_fields(struct cost *c, struct measure *m,
+			 struct fields *extra, struct fields *checks,
+			 long long min_faults)
+{
+	long long faults = measured_faults(m);
+	double s = phase_elapsed(&m->p);
+	size_t pages = c->size / PAGE_SIZE_4K;
+
+	field_int(checks, "faults", faults);
+	field_int(checks, "min_faults", min_faults);
+	if (faults < min_faults)
+		die(1, "only %lld page faults for %zu pages, expected at least %lld (huge pages?)",
+		    faults, pages, min_faults);
+	field_int(extra, "pages", pages);
+	field_int(extra, "faults", faults);
+	field_int(extra, "major_faults", m->major1 - m->major0);
+	field_real(extra, "faults_per_s", faults / s);
+	field_real(extra, "pages_per_s", pages / s);
+	field_int(extra, "mem_bytes", c->size);
+}
+
+static void touch_pages(volatile char *mem, size_t len, bool write)
+{
+	unsigned int sum = 0;
+
+	for (size_t off = 0; off < len; off += PAGE_SIZE_4K) {
+		if (write)
+			mem[off] = 1;
+		else
+			sum += mem[off];
+	}
+	(void)sum;
+}
+
+/* The faults of one pass over @mem (unmapped afterwards), as @phase. */
+static void measure_faults(struct cost *c, char *mem, bool write,
+			   const char *phase, struct fields *checks)
+{
+	struct fields extra = { 0 };
+	struct measure m;
+
+	measure_begin(c, &m);
+	touch_pages(mem, c->size, write);
+	measure_end(c, &m);
+	munmap(mem, c->size);
+	fault_fields(c, &m, &extra, checks, c->size / PAGE_SIZE_4K * 9 / 10);
+	report(c, phase, &m, &extra, checks);
+}
+
+static void measure_anon(struct cost *c)
+{
+	struct fields checks = { 0 };
+	char *mem;
+
+	mem = mmap(NULL, c->size, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (mem == MAP_FAILED)
+		die(1, "mmap of %zu bytes: %s", c->size, strerror(errno));
+	/* 4K faults, one a page, on any THP setting */
+	madvise(mem, c->size, MADV_NOHUGEPAGE);
+	measure_faults(c, mem, true, "anon", &checks);
+}
+
+static void measure_file_read(struct cost *c, const char *path)
+{
+	long long resident = evict_file(path);
+	struct fields checks = { 0 };
+	char *mem;
+
+	if (resident > (long long)(c->size / PAGE_SIZE_4K / 10))
+		die(1, "%lld pages of %s stayed in the page cache after POSIX_FADV_DONTNEED; --disk-dir must be a disk filesystem",
+		    resident, path);
+	mem = map_file(path, PROT_READ, MAP_SHARED, NULL);
+	/* no readahead, no fault-around: each fault reads its own page */
+	if (madvise(mem, c->size, MADV_RANDOM))
+		die(1, "madvise(MADV_RANDOM): %s", strerror(errno));
+	field_int(&checks, "resident_pages_before", resident);
+	measure_faults(c, mem, false, "file-read", &checks);
+}
+
+static void measure_cow(struct cost *c, const char *path)
+{
+	static char buf[64 * KiB];
+	struct fields checks = { 0 };
+	int fd = open(path, O_RDONLY);
+
+	/* the page cache first: the faults copy, they do not read the disk */
+	for (size_t off = 0; off < c->size; off += sizeof(buf))
+		if (fd < 0 || pread(fd, buf, sizeof(buf), off) <= 0)
+			die(1, "cannot read %s: %s", path, strerror(errno));
+	close(fd);
+	measure_faults(c, map_file(path, PROT_READ | PROT_WRITE, MAP_PRIVATE,
+				   NULL), true, "cow", &checks);
+}
+
+/* --- alloc-latency --- */
+
+static long long ns_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int by_value(const void *a, const void *b)
+{
+	long long x = *(const long long *)a, y = *(const long long *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void measure_alloc(struct cost *c, long long *lat)
+{
+	struct fields extra = { 0 }, checks = { 0 };
+	long long sum = 0;
+	struct measure m;
+
+	measure_begin(c, &m);
+	for (long i = 0; i < c->ops; i++) {
+		long long t0 = ns_now();
+		char *mem = mmap(NULL, c->size, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (mem == MAP_FAILED)
+			die(1, "mmap of %zu bytes: %s", c->size,
+			    strerror(errno));
+		touch_pages(mem, c->size, true);
+		munmap(mem, c->size);
+		lat[i] = ns_now() - t0;
+	}
+	measure_end(c, &m);
+	for (long i = 0; i < c->ops; i++)
+		sum += lat[i];
+	qsort(lat, c->ops, sizeof(*lat), by_value);
+	field_int(&checks, "faults", measured_faults(&m));
+	field_int(&extra, "alloc_ops", c->ops);
+	field_int(&extra, "alloc_bytes", c->size);
+	field_real(&extra, "alloc_ops_per_s", c->ops / phase_elapsed(&m.p));
+	field_int(&extra, "alloc_lat_p50_ns", lat[c->ops / 2]);
+	field_int(&extra, "alloc_lat_p90_ns", lat[c->ops * 9 / 10]);
+	field_int(&extra, "alloc_lat_p99_ns", lat[c->ops * 99 / 100]);
+	field_int(&extra, "alloc_lat_max_ns", lat[c->ops - 1]);
+	field_int(&extra, "alloc_lat_mean_ns", sum / c->ops);
+	report(c, NULL, &m, &extra, &checks);
+}
+
+/* --- set-up --- */
+
+static const char *tmpfs_dir(const char *given)
+{
+	if (given) {
+		if (!writable_dir(given) || fs_type(given) != TMPFS_MAGIC)
+			die(1, "--tmpfs-dir %s is not a writable tmpfs directory",
+			    given);
+		return given;
+	}
+	if (writable_dir("/dev/shm") && fs_type("/dev/shm") == TMPFS_MAGIC)
+		return "/dev/shm";
+	if (writable_dir("/tmp") && fs_type("/tmp") == TMPFS_MAGIC)
+		return "/tmp";
+	die(1, "neither /dev/shm nor /tmp is a writable tmpfs: give --tmpfs-dir");
+}
+
+static const char *disk_dir(const char *given, const char *first_file)
+{
+	static char parent[PATH_MAX];
+	const char *dir = given;
+
+	if (!dir && writable_dir("/scratch"))
+		dir = "/scratch";
+	if (!dir) {
+		snprintf(parent, sizeof(parent), "%s", first_file);
+		dir = strrchr(parent, '/') ? dirname(parent) : ".";
+		if (!writable_dir(dir))
+			die(1, "no writable disk filesystem: %s is read-only and there is no /scratch (the lab makes it with unflush.scratch=SIZE); give --disk-dir",
+			    dir);
+	}
+	if (!writable_dir(dir))
+		die(1, "--disk-dir %s is not a writable directory", dir);
+	if (fs_type(dir) == TMPFS_MAGIC)
+		die(1, "--disk-dir %s is on tmpfs: give a directory on a disk filesystem",
+		    dir);
+	return dir;
+}
+
+static int split_files(char *list, char **files)
+{
+	struct stat st;
+	int n = 0;
+
+	for (char *f = strtok(list, ","); f; f = strtok(NULL, ",")) {
+		if (n == ROLOAD_MAX_PROCS)
+			usage_error("at most %d files", ROLOAD_MAX_PROCS);
+		if (stat(f, &st) || !S_ISREG(st.st_mode) ||
+		    st.st_size < (off_t)PAGE_SIZE_4K)
+			usage_error("--files: '%s' is not a readable file of 4K or more",
+				    f);
+		files[n++] = f;
+	}
+	return n;
+}
+
+/* "write", "fault" or "alloc-latency" first, the options after it. */
+static enum mode take_mode(int *argc, char ***argv)
+{
+	const char *word = *argc > 1 ? (*argv)[1] : NULL;
+
+	if (!word || word[0] == '-')
+		return NR_MODES;
+	for (int m = 0; m < NR_MODES; m++) {
+		if (strcmp(word, mode_names[m]))
+			continue;
+		(*argv)[1] = (*argv)[0];
+		--*argc;
+		++*argv;
+		return m;
+	}
+	usage_error("unknown measurement '%s': write, fault or alloc-latency",
+		    word);
+}
+
+int main(int argc, char **argv)
+{
+	struct own_arg args[] = {
+		{ .name = "files" }, { .name = "procs" }, { .name = "threads" },
+		{ .name = "memcg-limit" }, { .name = "ops" }, { .name = "size" },
+		{ .name = "tmpfs-dir" }, { .name = "disk-dir" },
+	};
+	static const long full_ops[] = { 500000, 0, 30000 };
+	static const long quick_ops[] = { 100000, 0, 5000 };
+	static const size_t full_size[] = { 4 * MiB, 256 * MiB, 64 * KiB };
+	static const size_t quick_size[] = { 4 * MiB, 64 * MiB, 64 * KiB };
+	struct cost c = { 0 };
+	const char *tmpfs = NULL, *disk = NULL;
+	char *files[ROLOAD_MAX_PROCS], fault_path[PATH_MAX];
+	long long *lat = NULL;
+	long procs, threads;
+	int nfiles = 0, cpus[MAX_CPUS], ncpus;
+
+	c.mode = take_mode(&argc, &argv);
+	run_opts_init(&c.o, usage, true);
+	parse_run_args(argc, argv, &c.o, args, 8);
+	if (c.mode == NR_MODES)
+		usage_error("say what to measure: write, fault or alloc-latency");
+	if (args[0].value)
+		nfiles = split_files(args[0].value, files);
+	if (!nfiles)
+		usage_error("--files is required, e.g. --files /data/model0,/data/model1");
+	procs = arg_count(&args[1], 1, nfiles);
+	threads = arg_count(&args[2], 1, 0);
+	c.limit = arg_size(&args[3], 64 * MiB);
+	if (c.mode == FAULT && args[4].value)
+		usage_error("--ops does not apply to fault: --size sets how much is faulted");
+	c.ops = arg_count(&args[4], 1,
+			  (c.o.quick ? quick_ops : full_ops)[c.mode]);
+	c.size = arg_size(&args[5], (c.o.quick ? quick_size : full_size)[c.mode]);
+	if (c.size % PAGE_SIZE_4K)
+		usage_error("--size must be a multiple of 4K");
+	ncpus = online_cpus(cpus, MAX_CPUS);
+	if (!threads)
+		threads = c.o.threads ? ncpus : 1;
+	if (procs > ROLOAD_MAX_PROCS || threads > MAX_CPUS)
+		usage_error("at most %d --procs and %d --threads",
+			    ROLOAD_MAX_PROCS, MAX_CPUS);
+	snprintf(c.experiment, sizeof(c.experiment), "luf-cost/%s",
+		 mode_names[c.mode]);
+	if (c.mode == WRITE)
+		tmpfs = tmpfs_dir(args[6].value);
+	if (c.mode != ALLOC_LATENCY)
+		disk = disk_dir(args[7].value, files[0]);
+
+	pin_main(cpus[0]);
+	if (c.mode == FAULT) {
+		int fd = make_file(2, disk, "fault");
+
+		snprintf(fault_path, sizeof(fault_path), "%s", made[2]);
+		fill_file(fd, fault_path, c.size);
+		if (fsync(fd))
+			die(1, "fsync %s: %s", fault_path, strerror(errno));
+		close(fd);
+	}
+	if (c.mode == ALLOC_LATENCY) {
+		lat = malloc(c.ops * sizeof(*lat));
+		if (!lat)
+			die(1, "no memory for %ld latencies", c.ops);
+		/* faulted in now, not during the measurement */
+		memset(lat, 0, c.ops * sizeof(*lat));
+	}
+	tiering_enable();
+	c.load = roload_start(files, nfiles, procs, threads, c.limit, WARMUP_S);
+	for (c.rep = 0; c.rep < c.o.reps; c.rep++) {
+		switch (c.mode) {
+		case WRITE:
+			measure_write(&c, 0, tmpfs, "tmpfs");
+			measure_write(&c, 1, disk, "disk");
+			break;
+		case FAULT:
+			measure_anon(&c);
+			measure_file_read(&c, fault_path);
+			measure_cow(&c, fault_path);
+			break;
+		default:
+			measure_alloc(&c, lat);
+		}
+	}
+	roload_stop(c.load);
+	free(lat);
+	return 0;
+}

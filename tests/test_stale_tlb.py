@@ -9,12 +9,11 @@ sees anything but the pages' own data; on the `broken` kernel
 A safety test that has never failed proves nothing, so both are asserted.
 """
 
-import json
-
 import pytest
 
 from lab import build, datadisk, vm
-from lab.errors import LabError
+from stale_reads import (command, exits, records, run_clean, run_to_violation,
+                         violations)
 
 pytestmark = pytest.mark.vm
 
@@ -29,36 +28,11 @@ def shape():
                       data_disk=datadisk.ensure(quick=True), timeout=420)
 
 
-def command(modes, args):
-    # every mode runs even if one fails; each one's exit status is echoed
-    return "; ".join(f"stale-tlb {m} {args}; echo STALE-TLB-EXIT {m} $?"
-                     for m in modes)
-
-
-def exits(output):
-    return {ln.split()[1]: int(ln.split()[2]) for ln in output.splitlines()
-            if ln.startswith("STALE-TLB-EXIT ")}
-
-
-def records(output, tag):
-    return [json.loads(ln.split(" ", 1)[1]) for ln in output.splitlines()
-            if ln.startswith(tag + " ")]
-
-
-def violations(output):
-    return records(output, "UNFLUSH-VIOLATION")
-
-
 @pytest.mark.parametrize("variant", ["vanilla", "patched"])
 def test_reader_never_sees_a_page_after_it_is_reused(variant):
-    run = vm.run(build.built(variant), command(MODES, f"--trials {TRIALS}"),
-                 shape(), quiet=True)
-    tail = run.output[-3000:]
-    assert violations(run.output) == [], tail
-    assert exits(run.output) == {m: 0 for m in MODES}, tail
-    results = {r["experiment"]: r for r in records(run.output, "UNFLUSH-RESULT")}
-    for mode in MODES:
-        rec = results[f"stale-tlb/{mode}"]
+    results = run_clean(build.built(variant), "stale-tlb", MODES,
+                        f"--trials {TRIALS}", shape())
+    for rec in results.values():
         checks = rec["checks"]
         assert rec["trials"] == TRIALS, rec
         assert rec["violations"] == 0 and rec["bad_reads"] == 0, rec
@@ -68,7 +42,7 @@ def test_reader_never_sees_a_page_after_it_is_reused(variant):
         assert checks["reused_pages"] >= 0.9 * checks["taken_pages"], checks
         # each take-away shot the reader's CPU down
         assert rec["counters"]["irq/TLB/cpu%d" % rec["cpu_reader"]] >= TRIALS, rec
-    folios_were_32k(variant, results["stale-tlb/anon-32k"])
+    folios_were_32k(variant, results["anon-32k"])
 
 
 def folios_were_32k(variant, rec):
@@ -89,15 +63,9 @@ def test_broken_kernel_is_caught(mode):
     """The kernel that skips the flush for read-only PTEs must be caught in
     every mode.  It may crash later (memory is corrupted): the violation
     line is printed the moment it is seen, so a dead guest still counts."""
-    kernel = build.built("broken")
-    logdir = vm.new_logdir(kernel)
-    try:
-        run = vm.run(kernel, command([mode], f"--trials {TRIALS}"), shape(),
-                     logdir=logdir, quiet=True, allow_splats=True)
-        output = run.output
-    except LabError as err:
-        output = (logdir / "output.log").read_text(errors="replace")
-        assert violations(output), f"guest died before any violation: {err}"
+    output = run_to_violation(build.built("broken"),
+                              command("stale-tlb", [mode], f"--trials {TRIALS}"),
+                              shape())
     seen = violations(output)
     assert seen, output[-3000:]
     assert all(v["experiment"] == f"stale-tlb/{mode}" for v in seen)

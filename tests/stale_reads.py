@@ -1,0 +1,56 @@
+"""What the stale-translation tests share (test_stale_tlb.py, test_luf.py).
+
+Their guest programs (guest/stale-tlb.c, guest/luf-hazards.c) print each
+violation the moment the reader sees it, `UNFLUSH-VIOLATION {json}`, then one
+`UNFLUSH-RESULT {json}` per mode; a kernel broken on purpose may corrupt
+memory and die before the result.
+"""
+
+import json
+
+from lab import vm
+from lab.errors import LabError
+
+
+def command(program, modes, args):
+    # every mode runs even if one fails; each one's exit status is echoed
+    return "; ".join(f"{program} {m} {args}; echo MODE-EXIT {m} $?"
+                     for m in modes)
+
+
+def exits(output):
+    return {ln.split()[1]: int(ln.split()[2]) for ln in output.splitlines()
+            if ln.startswith("MODE-EXIT ")}
+
+
+def records(output, tag):
+    return [json.loads(ln.split(" ", 1)[1]) for ln in output.splitlines()
+            if ln.startswith(tag + " ")]
+
+
+def violations(output):
+    return records(output, "UNFLUSH-VIOLATION")
+
+
+def run_to_violation(kernel, cmd, shape):
+    """Run `cmd` on a kernel that is expected to fail it: its output, also
+    when the guest died (splats allowed) after printing a violation."""
+    logdir = vm.new_logdir(kernel)
+    try:
+        return vm.run(kernel, cmd, shape, logdir=logdir, quiet=True,
+                      allow_splats=True).output
+    except LabError as err:
+        output = (logdir / "output.log").read_text(errors="replace")
+        assert violations(output), f"guest died before any violation: {err}"
+        return output
+
+
+def run_clean(kernel, program, modes, args, shape):
+    """Run every mode of `program` on a kernel that must pass them: no
+    violation, every exit status 0.  Their UNFLUSH-RESULT records, by mode."""
+    run = vm.run(kernel, command(program, modes, args), shape, quiet=True)
+    tail = run.output[-3000:]
+    assert violations(run.output) == [], tail
+    assert exits(run.output) == {m: 0 for m in modes}, tail
+    results = {r["experiment"]: r for r in records(run.output, "UNFLUSH-RESULT")}
+    return {m: results[f"{program}/{m}"] for m in modes}

@@ -23,6 +23,9 @@ EVIDENCE_PREFIXES = ("nr_tlb_", "tlb_flush/", "pswp", "pgmigrate_success",
                      "thp_migration", "numa_pte_updates", "numa_hint_faults",
                      "numa_pages_migrated", "nr_memmap_pages")
 EVIDENCE_SUFFIXES = ("/swpout", "/anon_fault_alloc")
+# Result fields that are rates or latencies (write_ops_per_s, alloc_lat_p99_ns,
+# pages_per_s): measured in time, like elapsed_s, so their rows come last.
+TIME_SUFFIXES = ("_per_s", "_ns")
 
 EMULATION_NOTE = {
     "tcg": """\
@@ -49,21 +52,28 @@ def metric_value(rep, name):
         return sum(family) if family else None
     if name == "elapsed_s":
         return rep.get("elapsed_s")
-    if name == "tlb_shootdown_irqs":
-        return rep.get("tlb_shootdown_irqs")
+    if name == "tlb_shootdown_irqs" or name.endswith(TIME_SUFFIXES):
+        return rep.get(name)
     return rep.get("counters", {}).get(name)
 
 
+def time_fields(rep):
+    """A repetition's rate and latency fields."""
+    return [k for k, v in rep.items() if k.endswith(TIME_SUFFIXES)
+            and isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
 def metrics_of(configs):
-    """The rows of one experiment's table, counts first."""
-    seen = set()
+    """The rows of one experiment's table, counts first, time last."""
+    seen, timed = set(), set()
     for reps in configs.values():
         for rep in reps:
             seen.update(k for k, v in rep.get("counters", {}).items() if v)
+            timed.update(time_fields(rep))
     rows = [m for m in COUNT_ORDER if m == "tlb_shootdown_irqs" or m in seen]
     rows += sorted(m for m in seen if m not in rows and
                    (m.startswith(EVIDENCE_PREFIXES) or m.endswith(EVIDENCE_SUFFIXES)))
-    return rows + ["elapsed_s"]
+    return rows + sorted(timed) + ["elapsed_s"]
 
 
 def summary(values):

@@ -79,3 +79,26 @@ def test_select_exact_id_then_prefix():
     assert {e.id for e in suite.select(["pageout-mthp"])} == {
         "pageout-mthp/64K", "pageout-mthp/4K", "pageout-mthp/64K/threads",
         "pageout-mthp/4K/threads"}
+
+
+def test_report_rows_for_rates_and_latencies(tmp_path):
+    def rep(p50, p99, rate):
+        r = json.loads(rec("luf-cost/alloc-latency", 1.0, 3, nr_tlb_remote_flush=3)[15:])
+        r.update(alloc_lat_p50_ns=p50, alloc_lat_p99_ns=p99, alloc_ops_per_s=rate,
+                 alloc_ops=5000, dir="/scratch")
+        return r
+    doc = {"meta": {"date": "d", "host": "h", "mode": "tcg", "quick": True, "reps": 1,
+                    "kernels": {"patched": {"release": "6.12.117"}}, "series": []},
+           "experiments": {"luf-cost/alloc-latency": {
+               "patched": [rep(100, 900, 2000.0), rep(120, 1100, 1800.0)],
+               "patched/luf=0": [rep(110, 1000, 1900.0)]}},
+           "failures": []}
+    rows = report.metrics_of(doc["experiments"]["luf-cost/alloc-latency"])
+    assert rows[-4:] == ["alloc_lat_p50_ns", "alloc_lat_p99_ns", "alloc_ops_per_s",
+                         "elapsed_s"]
+    assert "alloc_ops" not in rows and "dir" not in rows
+    report.write(tmp_path, doc)
+    text = (tmp_path / "report.md").read_text()
+    assert "| alloc_lat_p99_ns | 1000 [900-1100] | 1000 | 1.000 |" in text
+    assert "| alloc_ops_per_s | 1900 [1800-2000] | 1900 | 1.000 |" in text
+

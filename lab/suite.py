@@ -16,6 +16,9 @@ from lab import vm
 from lab.errors import LabError
 
 FOLIO_SIZES = ["4K", "16K", "32K", "64K", "128K", "256K", "512K", "1024K"]
+MODEL_FILES = "/data/model0,/data/model1,/data/model2"
+# ext2 on a zram device of its own at /scratch: the data disk is read-only
+SCRATCH = "unflush.scratch=512M"
 
 
 @dataclass
@@ -40,10 +43,12 @@ GROUPS = {
     # Anonymous memory: munmap by folio size, pageout, the swap loop.
     "anon": Group("anon", vm.VMShape(cpus=2, mem="3G", zram="2G", timeout=3600),
                   vm.VMShape(cpus=2, mem="1G", zram="512M", timeout=900)),
-    # Two nodes: migration between them, and reclaim/demotion of file pages.
+    # Two nodes: migration between them, and reclaim/demotion of file pages;
+    # /scratch (guest/init.sh) is a writable disk filesystem for luf-cost.
     "numa": Group("numa", vm.VMShape(cpus=2, mem="2G", node1="2G", zram="1G",
-                                     timeout=3600),
-                  vm.VMShape(cpus=2, mem="1G", node1="1G", zram="512M", timeout=900),
+                                     append=SCRATCH, timeout=3600),
+                  vm.VMShape(cpus=2, mem="1G", node1="1G", zram="512M",
+                             append=SCRATCH, timeout=900),
                   needs_data_disk=True),
     # hugetlb vmemmap optimisation: its flushes go to every CPU.
     "hugetlb": Group("hugetlb", vm.VMShape(cpus=4, mem="3G", timeout=1800),
@@ -69,8 +74,12 @@ def _experiments():
                           "unmap_flush", "004"))
     out.append(Experiment("migrate-loop/single", "migrate-loop --shape single", "numa",
                           "unmap_flush", "004"))
-    out.append(Experiment("ro-reclaim-tiering", "ro-reclaim-tiering --files "
-                          "/data/model0,/data/model1,/data/model2", "numa", "luf", "001"))
+    out.append(Experiment("ro-reclaim-tiering", f"ro-reclaim-tiering --files {MODEL_FILES}",
+                          "numa", "luf", "001"))
+    # what LUF costs other work while ro-reclaim-tiering's load runs
+    for what in ("write", "fault", "alloc-latency"):
+        out.append(Experiment(f"luf-cost/{what}", f"luf-cost {what} --files {MODEL_FILES}",
+                              "numa", "luf", "001"))
     for hvo in (0, 1):
         out.append(Experiment(f"hugetlb-hvo/hvo={hvo}",
                               f"hugetlb-hvo --hvo {hvo}", "hugetlb",

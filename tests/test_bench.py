@@ -102,3 +102,16 @@ def test_report_rows_for_rates_and_latencies(tmp_path):
     assert "| alloc_lat_p99_ns | 1000 [900-1100] | 1000 | 1.000 |" in text
     assert "| alloc_ops_per_s | 1900 [1800-2000] | 1900 | 1.000 |" in text
 
+
+def test_luf_cost_runs_with_the_data_disk_and_scratch():
+    exps = suite.select(["luf-cost"])
+    assert [e.id for e in exps] == ["luf-cost/write", "luf-cost/fault",
+                                    "luf-cost/alloc-latency"]
+    assert all(e.group == "numa" and e.switch == "luf" and e.seed == "001" for e in exps)
+    group = suite.GROUPS["numa"]
+    assert group.needs_data_disk
+    assert "unflush.scratch=" in group.shape.append
+    assert "unflush.scratch=" in group.quick_shape.append
+    script = bench.guest_script(exps[:1], "patched", quick=True)
+    assert "UNFLUSH-BEGIN luf-cost/write patched/luf=0" in script
+    assert "luf-cost write --files /data/model0" in script

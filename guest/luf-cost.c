@@ -46,15 +46,16 @@ static const char usage[] =
 "files to process i) in a cgroup v2 memory cgroup with memory.max = M,\n"
 "each mapping its file MAP_SHARED PROT_READ and reading one byte per 4K\n"
 "page, pass after pass, with T threads, thread t on the (t+1) mod ncpus-th\n"
-"usable CPU, at nice 19; wait until reclaim runs; then, in this process,\n"
-"outside the cgroup, pinned to the first usable CPU, measure per repetition\n"
-"(one UNFLUSH-RESULT per phase):\n"
+"usable CPU; wait until reclaim runs; then, in this process, outside the\n"
+"cgroup, pinned to the first usable CPU (which it shares with the load),\n"
+"measure per repetition (one UNFLUSH-RESULT per phase):\n"
 "\n"
 "  write          pwrite() of 4 KiB, --ops times, cycling over a file of\n"
 "                 --size (default 4M) written in full beforehand, so every\n"
 "                 write overwrites page cache: phase tmpfs (a file in\n"
 "                 --tmpfs-dir), then phase disk (in --disk-dir).  Field\n"
-"                 write_ops_per_s.  --ops default 500000, --quick 100000.\n"
+"                 write_ops_per_s, write_ops_per_cpu_s.  --ops default\n"
+"                 500000, --quick 100000.\n"
 "  fault          phase anon: first touch (a write) of every page of --size\n"
 "                 of private anonymous memory, MADV_NOHUGEPAGE; phase\n"
 "                 file-read: a read of every page of a file of --size in\n"
@@ -64,12 +65,13 @@ static const char usage[] =
 "                 page of the same file mapped MAP_PRIVATE, read into the\n"
 "                 page cache first, so every fault copies.  Fields faults\n"
 "                 (this process's minor + major faults, getrusage),\n"
-"                 faults_per_s, pages_per_s.\n"
+"                 faults_per_s, faults_per_cpu_s, pages_per_s.\n"
 "                 --size default 256M, --quick 64M.\n"
 "  alloc-latency  --ops times: mmap() --size (default 64K) of anonymous\n"
 "                 memory, write every page, munmap(), each timed with\n"
 "                 clock_gettime(CLOCK_MONOTONIC).  Fields alloc_ops_per_s,\n"
-"                 alloc_lat_p50_ns, _p90_ns, _p99_ns, _max_ns, _mean_ns.\n"
+"                 alloc_ops_per_cpu_s, alloc_lat_p50_ns, _p90_ns, _p99_ns,\n"
+"                 _max_ns, _mean_ns, alloc_cpu_mean_ns (CPU time per op).\n"
 "                 --ops default 30000, --quick 5000.\n"
 "\n"
 "  --files      comma-separated files for the load, e.g. on the lab's\n"
@@ -84,6 +86,11 @@ static const char usage[] =
 "               first --files file)\n"
 "  --reps N     repetitions (default 3)\n"
 "  --quick      fewer operations, for CI smoke runs\n"
+"\n"
+"Rates are per second of wall time (*_per_s) and per second of this\n"
+"process's CPU time (*_per_cpu_s, CLOCK_PROCESS_CPUTIME_ID, which includes\n"
+"the interrupts it took): the load has its share of the first CPU, and the\n"
+"wall time shows that share as much as the work.  Fields cpu_s, cpu_share.\n"
 "\n"
 "The files it makes are removed at exit; if a node has memory but no CPU,\n"
 "sets /sys/kernel/mm/numa/demotion_enabled to 1 and kernel.numa_balancing to\n"
@@ -113,7 +120,22 @@ struct measure {
 	struct phase p;
 	long long load0, load1;
 	long long faults0, faults1, major0, major1;
+	double cpu0, cpu1;	/* this process's CPU time */
 };
+
+static double cpu_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* @n per second of this process's CPU time in the phase */
+static double per_cpu_s(const struct measure *m, double n)
+{
+	return m->cpu1 > m->cpu0 ? n / (m->cpu1 - m->cpu0) : 0;
+}
 
 static void own_faults(long long *all, long long *major)
 {
@@ -130,10 +152,12 @@ static void measure_begin(struct cost *c, struct measure *m)
 	m->load0 = roload_pages(c->load);
 	phase_begin(&m->p);
 	own_faults(&m->faults0, &m->major0);
+	m->cpu0 = cpu_now();
 }
 
 static void measure_end(struct cost *c, struct measure *m)
 {
+	m->cpu1 = cpu_now();
 	own_faults(&m->faults1, &m->major1);
 	phase_end(&m->p);
 	m->load1 = roload_pages(c->load);
@@ -164,6 +188,8 @@ static void report(struct cost *c, const char *phase, struct measure *m,
 	field_int(extra, "memcg_limit_bytes", c->limit);
 	field_int(extra, "load_pages", load);
 	field_real(extra, "load_pages_per_s", s > 0 ? load / s : 0);
+	field_real(extra, "cpu_s", m->cpu1 - m->cpu0);
+	field_real(extra, "cpu_share", s > 0 ? (m->cpu1 - m->cpu0) / s : 0);
 	field_int(checks, "pgsteal", pgsteal);
 	field_int(checks, "pgdemote", phase_delta_prefix(&m->p, "pgdemote_"));
 	field_int(checks, "load_pages", load);
@@ -269,6 +295,7 @@ static void measure_write(struct cost *c, int slot, const char *dir,
 	unlink(path);
 	field_int(&extra, "write_ops", c->ops);
 	field_real(&extra, "write_ops_per_s", c->ops / phase_elapsed(&m.p));
+	field_real(&extra, "write_ops_per_cpu_s", per_cpu_s(&m, c->ops));
 	field_int(&extra, "write_bytes", PAGE_SIZE_4K);
 	field_int(&extra, "span_bytes", c->size);
 	field_str(&extra, "dir", dir);
@@ -295,6 +322,7 @@ static void fault_fields(struct cost *c, struct measure *m,
 	field_int(extra, "faults", faults);
 	field_int(extra, "major_faults", m->major1 - m->major0);
 	field_real(extra, "faults_per_s", faults / s);
+	field_real(extra, "faults_per_cpu_s", per_cpu_s(m, faults));
 	field_real(extra, "pages_per_s", pages / s);
 	field_int(extra, "mem_bytes", c->size);
 }
@@ -417,11 +445,14 @@ static void measure_alloc(struct cost *c, long long *lat)
 	field_int(&extra, "alloc_ops", c->ops);
 	field_int(&extra, "alloc_bytes", c->size);
 	field_real(&extra, "alloc_ops_per_s", c->ops / phase_elapsed(&m.p));
+	field_real(&extra, "alloc_ops_per_cpu_s", per_cpu_s(&m, c->ops));
 	field_int(&extra, "alloc_lat_p50_ns", lat[c->ops / 2]);
 	field_int(&extra, "alloc_lat_p90_ns", lat[c->ops * 9 / 10]);
 	field_int(&extra, "alloc_lat_p99_ns", lat[c->ops * 99 / 100]);
 	field_int(&extra, "alloc_lat_max_ns", lat[c->ops - 1]);
 	field_int(&extra, "alloc_lat_mean_ns", sum / c->ops);
+	field_int(&extra, "alloc_cpu_mean_ns",
+		  (m.cpu1 - m.cpu0) * 1e9 / c->ops);
 	report(c, NULL, &m, &extra, &checks);
 }
 

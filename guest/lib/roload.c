@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -109,9 +108,6 @@ reader_main(struct roload *l, const char *file)
 	char *map;
 
 	memcg_join();
-	/* the threads inherit it: Linux's nice is per thread */
-	if (setpriority(PRIO_PROCESS, 0, 19))
-		die(1, "setpriority: %s", strerror(errno));
 	map = map_file(file, PROT_READ, MAP_SHARED, &len);
 	pages = len / PAGE_SIZE_4K;
 	for (int t = 0; t < l->threads; t++) {

@@ -45,9 +45,10 @@ void *map_file(const char *path, int prot, int flags, size_t *len);
  * MAP_SHARED PROT_READ and reading one byte per 4K page with @threads
  * threads, pass after pass, until roload_stop().  Thread t is pinned to the
  * (t + 1) mod ncpus-th usable CPU (fewer threads than CPUs leave the first
- * CPU, the caller's, alone) and reads a slice of its own.  The processes run
- * at nice 19: the load is the background, the program's own work the
- * foreground.
+ * CPU, the caller's, alone) and reads a slice of its own.  They run at the
+ * caller's priority, as seed 001's instances would beside other work: LUF
+ * defers a flush only while the mm runs on another CPU too, so readers kept
+ * off a CPU by a lower priority would leave it little to do.
  */
 struct roload {
 	_Atomic int stop;		/* main -> readers */

@@ -23,9 +23,10 @@ EVIDENCE_PREFIXES = ("nr_tlb_", "tlb_flush/", "pswp", "pgmigrate_success",
                      "thp_migration", "numa_pte_updates", "numa_hint_faults",
                      "numa_pages_migrated", "nr_memmap_pages")
 EVIDENCE_SUFFIXES = ("/swpout", "/anon_fault_alloc")
-# Result fields that are rates or latencies (write_ops_per_s, alloc_lat_p99_ns,
-# pages_per_s): measured in time, like elapsed_s, so their rows come last.
-TIME_SUFFIXES = ("_per_s", "_ns")
+# Result fields that are rates or latencies (write_ops_per_s, per second of
+# CPU time write_ops_per_cpu_s, alloc_lat_p99_ns, pages_per_s): measured in
+# time, like elapsed_s, so their rows come last.
+TIME_SUFFIXES = ("_per_s", "_per_cpu_s", "_ns")
 
 EMULATION_NOTE = {
     "tcg": """\

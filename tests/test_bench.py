@@ -85,7 +85,7 @@ def test_report_rows_for_rates_and_latencies(tmp_path):
     def rep(p50, p99, rate):
         r = json.loads(rec("luf-cost/alloc-latency", 1.0, 3, nr_tlb_remote_flush=3)[15:])
         r.update(alloc_lat_p50_ns=p50, alloc_lat_p99_ns=p99, alloc_ops_per_s=rate,
-                 alloc_ops=5000, dir="/scratch")
+                 alloc_ops_per_cpu_s=2 * rate, alloc_ops=5000, dir="/scratch")
         return r
     doc = {"meta": {"date": "d", "host": "h", "mode": "tcg", "quick": True, "reps": 1,
                     "kernels": {"patched": {"release": "6.12.117"}}, "series": []},
@@ -94,8 +94,8 @@ def test_report_rows_for_rates_and_latencies(tmp_path):
                "patched/luf=0": [rep(110, 1000, 1900.0)]}},
            "failures": []}
     rows = report.metrics_of(doc["experiments"]["luf-cost/alloc-latency"])
-    assert rows[-4:] == ["alloc_lat_p50_ns", "alloc_lat_p99_ns", "alloc_ops_per_s",
-                         "elapsed_s"]
+    assert rows[-5:] == ["alloc_lat_p50_ns", "alloc_lat_p99_ns", "alloc_ops_per_cpu_s",
+                         "alloc_ops_per_s", "elapsed_s"]
     assert "alloc_ops" not in rows and "dir" not in rows
     report.write(tmp_path, doc)
     text = (tmp_path / "report.md").read_text()

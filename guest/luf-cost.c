@@ -36,24 +36,24 @@
 #define WARMUP_S	120.0
 
 static const char usage[] =
-"usage: luf-cost write|fault|alloc-latency --files F1,F2,... [--procs N]\n"
-"                [--threads T] [--memcg-limit M] [--ops N] [--size S]\n"
+"usage: luf-cost write|fault|alloc-latency --files F1,F2,... [--threads T]\n"
+"                [--memcg-limit M] [--load-rate P] [--ops N] [--size S]\n"
 "                [--tmpfs-dir DIR] [--disk-dir DIR] [--reps N] [--quick]\n"
 "                [--shape threads|single]\n"
 "\n"
 "Start a background load that keeps reclaim unmapping clean read-only page\n"
-"cache (what LUF defers): N processes (default one per file, file i mod\n"
-"files to process i) in a cgroup v2 memory cgroup with memory.max = M,\n"
-"each mapping its file MAP_SHARED PROT_READ and reading one byte per 4K\n"
-"page, pass after pass, with T threads, thread t on the (t+1) mod ncpus-th\n"
-"usable CPU; wait until reclaim runs; then, in this process, outside the\n"
-"cgroup, pinned to the first usable CPU (which it shares with the load),\n"
-"measure per repetition (one UNFLUSH-RESULT per phase):\n"
+"cache (what LUF defers): one process per file (name a file twice for two)\n"
+"in a cgroup v2 memory cgroup with memory.max = M, each mapping its file\n"
+"MAP_SHARED PROT_READ and reading one byte per 4K page, pass after pass,\n"
+"with T threads, thread t on the (t+1) mod ncpus-th usable CPU; wait until\n"
+"reclaim runs; then, in this process, outside the cgroup, pinned to the\n"
+"first usable CPU (which it shares with the load), measure per repetition\n"
+"(one UNFLUSH-RESULT per phase):\n"
 "\n"
 "  write          pwrite() of 4 KiB, --ops times, cycling over a file of\n"
 "                 --size (default 4M) written in full beforehand, so every\n"
 "                 write overwrites page cache: phase tmpfs (a file in\n"
-"                 --tmpfs-dir), then phase disk (in --disk-dir).  Field\n"
+"                 --tmpfs-dir), then phase disk (in --disk-dir).  Fields\n"
 "                 write_ops_per_s, write_ops_per_cpu_s.  --ops default\n"
 "                 500000, --quick 100000.\n"
 "  fault          phase anon: first touch (a write) of every page of --size\n"
@@ -65,8 +65,8 @@ static const char usage[] =
 "                 page of the same file mapped MAP_PRIVATE, read into the\n"
 "                 page cache first, so every fault copies.  Fields faults\n"
 "                 (this process's minor + major faults, getrusage),\n"
-"                 faults_per_s, faults_per_cpu_s, pages_per_s.\n"
-"                 --size default 256M, --quick 64M.\n"
+"                 faults_per_s, faults_per_cpu_s, pages_per_s.  --size\n"
+"                 default 256M, --quick 64M.\n"
 "  alloc-latency  --ops times: mmap() --size (default 64K) of anonymous\n"
 "                 memory, write every page, munmap(), each timed with\n"
 "                 clock_gettime(CLOCK_MONOTONIC).  Fields alloc_ops_per_s,\n"
@@ -76,10 +76,12 @@ static const char usage[] =
 "\n"
 "  --files      comma-separated files for the load, e.g. on the lab's\n"
 "               read-only data disk\n"
-"  --procs N    load processes (default: one per file)\n"
 "  --threads T  threads per load process (default: every usable CPU; 1 with\n"
 "               --shape single)\n"
 "  --memcg-limit M  memory.max of the load's cgroup (default 64M)\n"
+"  --load-rate P    at most P pages a second read by the whole load (default\n"
+"               0: as fast as it can; LUF on makes that faster, and the\n"
+"               measured work then competes with more reclaim)\n"
 "  --tmpfs-dir  a tmpfs directory (default /dev/shm, else /tmp)\n"
 "  --disk-dir   a writable directory on a disk filesystem (default\n"
 "               /scratch, the lab's ext2 on zram, else the directory of the\n"
@@ -90,16 +92,18 @@ static const char usage[] =
 "Rates are per second of wall time (*_per_s) and per second of this\n"
 "process's CPU time (*_per_cpu_s, CLOCK_PROCESS_CPUTIME_ID, which includes\n"
 "the interrupts it took): the load has its share of the first CPU, and the\n"
-"wall time shows that share as much as the work.  Fields cpu_s, cpu_share.\n"
+"wall time shows that share as much as the work.\n"
 "\n"
 "The files it makes are removed at exit; if a node has memory but no CPU,\n"
 "sets /sys/kernel/mm/numa/demotion_enabled to 1 and kernel.numa_balancing to\n"
 "2 (restored at exit).  Verifies that the load reclaimed during every\n"
-"measured phase (pgsteal > 0) and that the faults happened.  Experiment ids\n"
-"luf-cost/write, luf-cost/fault (field phase) and luf-cost/alloc-latency.\n"
-"Fields also: load_procs, load_threads, memcg_limit_bytes, load_pages (read\n"
-"by the load during the phase), load_pages_per_s.  checks: pgsteal,\n"
-"pgdemote, load_pages, luf_switch (the switch's value, -1 if absent).\n";
+"measured phase (pgsteal > 0) and that at least 90% of the pages faulted.\n"
+"Experiment ids luf-cost/write, luf-cost/fault (field phase) and\n"
+"luf-cost/alloc-latency.  Fields also: cpu_s, cpu_share, load_procs,\n"
+"load_threads, memcg_limit_bytes, load_rate, load_pages (read by the load\n"
+"during the phase), load_pages_per_s.  checks: pgsteal, pgdemote,\n"
+"load_pages, luf_switch (the switch's value, -1 if absent), and for faults\n"
+"faults, min_faults, resident_pages_before (file-read).\n";
 
 enum mode { WRITE, FAULT, ALLOC_LATENCY, NR_MODES };
 static const char *const mode_names[NR_MODES] = {
@@ -111,7 +115,7 @@ struct cost {
 	char experiment[64];
 	struct roload *load;
 	size_t limit, size;
-	long ops;
+	long ops, load_rate;
 	int rep;
 };
 
@@ -186,6 +190,7 @@ static void report(struct cost *c, const char *phase, struct measure *m,
 	field_int(extra, "load_procs", c->load->nprocs);
 	field_int(extra, "load_threads", c->load->threads);
 	field_int(extra, "memcg_limit_bytes", c->limit);
+	field_int(extra, "load_rate", c->load_rate);
 	field_int(extra, "load_pages", load);
 	field_real(extra, "load_pages_per_s", s > 0 ? load / s : 0);
 	field_real(extra, "cpu_s", m->cpu1 - m->cpu0);
@@ -534,7 +539,7 @@ static enum mode take_mode(int *argc, char ***argv)
 int main(int argc, char **argv)
 {
 	struct own_arg args[] = {
-		{ .name = "files" }, { .name = "procs" }, { .name = "threads" },
+		{ .name = "files" }, { .name = "load-rate" }, { .name = "threads" },
 		{ .name = "memcg-limit" }, { .name = "ops" }, { .name = "size" },
 		{ .name = "tmpfs-dir" }, { .name = "disk-dir" },
 	};
@@ -546,7 +551,7 @@ int main(int argc, char **argv)
 	const char *tmpfs = NULL, *disk = NULL;
 	char *files[ROLOAD_MAX_PROCS], fault_path[PATH_MAX];
 	long long *lat = NULL;
-	long procs, threads;
+	long threads;
 	int nfiles = 0, cpus[MAX_CPUS], ncpus;
 
 	c.mode = take_mode(&argc, &argv);
@@ -558,7 +563,7 @@ int main(int argc, char **argv)
 		nfiles = split_files(args[0].value, files);
 	if (!nfiles)
 		usage_error("--files is required, e.g. --files /data/model0,/data/model1");
-	procs = arg_count(&args[1], 1, nfiles);
+	c.load_rate = arg_count(&args[1], 0, 0);
 	threads = arg_count(&args[2], 1, 0);
 	c.limit = arg_size(&args[3], 64 * MiB);
 	if (c.mode == FAULT && args[4].value)
@@ -571,9 +576,8 @@ int main(int argc, char **argv)
 	ncpus = online_cpus(cpus, MAX_CPUS);
 	if (!threads)
 		threads = c.o.threads ? ncpus : 1;
-	if (procs > ROLOAD_MAX_PROCS || threads > MAX_CPUS)
-		usage_error("at most %d --procs and %d --threads",
-			    ROLOAD_MAX_PROCS, MAX_CPUS);
+	if (threads > MAX_CPUS)
+		usage_error("at most %d --threads", MAX_CPUS);
 	snprintf(c.experiment, sizeof(c.experiment), "luf-cost/%s",
 		 mode_names[c.mode]);
 	if (c.mode == WRITE)
@@ -599,7 +603,8 @@ int main(int argc, char **argv)
 		memset(lat, 0, c.ops * sizeof(*lat));
 	}
 	tiering_enable();
-	c.load = roload_start(files, nfiles, procs, threads, c.limit, WARMUP_S);
+	c.load = roload_start(files, nfiles, threads, c.limit, c.load_rate,
+			      WARMUP_S);
 	for (c.rep = 0; c.rep < c.o.reps; c.rep++) {
 		switch (c.mode) {
 		case WRITE:

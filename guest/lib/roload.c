@@ -75,12 +75,24 @@ struct slice {
 	int cpu;
 };
 
+/* With a rate limit, sleep until @done pages are due since @t0. */
+static void keep_rate(double rate, double t0, long long done)
+{
+	double ahead = rate > 0 ? done / rate - (now_s() - t0) : 0;
+
+	if (ahead > 0)
+		usleep(ahead * 1e6);
+}
+
 static void *read_slice(void *arg)
 {
 	struct slice *s = arg;
 	unsigned int sum = 0;
+	long long done = 0;
+	double t0;
 
 	pin_to_cpu(s->cpu);
+	t0 = now_s();
 	while (!atomic_load_explicit(&s->load->stop, memory_order_relaxed)) {
 		for (size_t pg = 0; pg < s->pages; pg += COUNT_EVERY) {
 			size_t end = pg + COUNT_EVERY < s->pages ?
@@ -90,6 +102,8 @@ static void *read_slice(void *arg)
 				sum += s->first[i * PAGE_SIZE_4K];
 			atomic_fetch_add_explicit(&s->load->pages, end - pg,
 						  memory_order_relaxed);
+			done += end - pg;
+			keep_rate(s->load->thread_rate, t0, done);
 			if (atomic_load_explicit(&s->load->stop,
 						 memory_order_relaxed))
 				break;
@@ -161,22 +175,23 @@ static long long pgsteal_now(void)
 	return vmstat_value("pgsteal_anon") + vmstat_value("pgsteal_file");
 }
 
-struct roload *roload_start(char **files, int nfiles, int procs, int threads,
-			    size_t limit, double warmup_s)
+struct roload *roload_start(char **files, int nfiles, int threads,
+			    size_t limit, double rate, double warmup_s)
 {
 	struct roload *l;
 	long long steal0;
 	double t0;
 
-	if (procs < 1 || procs > ROLOAD_MAX_PROCS || threads < 1 ||
+	if (nfiles < 1 || nfiles > ROLOAD_MAX_PROCS || threads < 1 ||
 	    threads > MAX_CPUS)
-		die(1, "internal: %d load processes of %d threads", procs,
+		die(1, "internal: %d load processes of %d threads", nfiles,
 		    threads);
 	l = mmap(NULL, sizeof(*l), PROT_READ | PROT_WRITE,
 		 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (l == MAP_FAILED)
 		die(1, "mmap: %s", strerror(errno));
 	l->threads = threads;
+	l->thread_rate = rate / nfiles / threads;
 	memcg_create("unflush-load", limit);
 	/* pushed after the cgroup's removal, so it runs before it */
 	cleanup_push_fn(kill_readers);
@@ -185,17 +200,17 @@ struct roload *roload_start(char **files, int nfiles, int procs, int threads,
 	running = l;
 	steal0 = pgsteal_now();
 	fflush(NULL);
-	for (int i = 0; i < procs; i++) {
+	for (int i = 0; i < nfiles; i++) {
 		pid_t pid = fork();
 
 		if (pid < 0)
 			die(1, "fork: %s", strerror(errno));
 		if (pid == 0)
-			reader_main(l, files[i % nfiles]);
+			reader_main(l, files[i]);
 		l->pids[l->nprocs++] = pid;
 	}
 	t0 = now_s();
-	while (atomic_load(&l->streaming) < procs || pgsteal_now() == steal0) {
+	while (atomic_load(&l->streaming) < nfiles || pgsteal_now() == steal0) {
 		check_readers(l);
 		if (now_s() - t0 > warmup_s)
 			die(1, "the load started no reclaim within %.0f s (%lld pages read): its memory cgroup's limit is too large for the files",

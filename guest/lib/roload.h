@@ -40,10 +40,11 @@ void *map_file(const char *path, int prot, int flags, size_t *len);
 #define ROLOAD_MAX_PROCS	64
 
 /*
- * @procs processes, file i mod files to process i, each in a memory cgroup
- * of the load's own (memcg_create(), memory.max = @limit), mapping its file
- * MAP_SHARED PROT_READ and reading one byte per 4K page with @threads
- * threads, pass after pass, until roload_stop().  Thread t is pinned to the
+ * One process per file (a file named twice gets two), each in a memory
+ * cgroup of the load's own (memcg_create(), memory.max = @limit), mapping its
+ * file MAP_SHARED PROT_READ and reading one byte per 4K page with @threads
+ * threads, pass after pass, until roload_stop(); all of them together at
+ * most @rate pages a second if @rate > 0.  Thread t is pinned to the
  * (t + 1) mod ncpus-th usable CPU (fewer threads than CPUs leave the first
  * CPU, the caller's, alone) and reads a slice of its own.  They run at the
  * caller's priority, as seed 001's instances would beside other work: LUF
@@ -56,6 +57,7 @@ struct roload {
 	_Atomic long long pages;	/* pages read so far, every process */
 	pid_t pids[ROLOAD_MAX_PROCS];
 	int nprocs, threads;
+	double thread_rate;		/* pages/s of each thread, 0: no limit */
 };
 /*
  * Make the cgroup, drop the files' page cache, fork the readers, and return
@@ -63,8 +65,8 @@ struct roload {
  * not within @warmup_s seconds).  A cleanup kills the readers at exit, before
  * the cgroup is removed.
  */
-struct roload *roload_start(char **files, int nfiles, int procs, int threads,
-			    size_t limit, double warmup_s);
+struct roload *roload_start(char **files, int nfiles, int threads,
+			    size_t limit, double rate, double warmup_s);
 /* Pages the readers have read so far. */
 long long roload_pages(const struct roload *l);
 /* Stop the readers and wait for them; exit 1 if one failed. */

@@ -15,7 +15,9 @@ bench: setup
 
 # Host-side tests of the lab, then tests that boot each kernel.  `broken`
 # is the series plus patches/testing/: a kernel that skips a flush on
-# purpose, so the safety tests are seen to fail where they must.
+# purpose, so the safety tests are seen to fail where they must; `debug`
+# has the LUF checker, whose switches let the LUF tests break one rule at a
+# time, and the KUnit test of LUF's generations.
 test: setup
 	$(LAB) build vanilla patched broken debug
 	$(PYTHON) -m pytest -ra $(TEST_ARGS) tests

@@ -9,14 +9,17 @@ writing, a truncation, a new mapping at the address, or reuse of the page);
 the reader must see the change.  On the patched kernel every mode must pass,
 with lazy take-aways; on the debug kernel (CONFIG_DEBUG_LUF) with the mode's
 rule switched off (/sys/kernel/debug/luf/disable_rules) it must fail, so that
-the test is seen to have teeth: cow and write do (in their first trials);
-truncate, remap and reuse are flushed by something their bit does not
-switch off (STILL_FLUSHED).
+the test is seen to have teeth: cow, write and reuse do (in their first
+trials); truncate and remap are flushed by something their bit does not
+switch off (STILL_FLUSHED).  The debug checker must also warn on its own
+when cow's, write's and reuse's rules are off, and stay silent, with every
+mode passing, when all rules are on.
 """
 
 import pytest
 
 from lab import build, vm
+from lab.errors import LabError
 from stale_reads import (command, exits, records, run_clean, run_to_violation,
                          violations)
 
@@ -49,11 +52,9 @@ KIND = {"cow": "old", "write": "old", "truncate": "old", "remap": "old",
 # - truncate and remap zap the reader's mapping (unmap_mapping_range(), the
 #   munmap of MAP_FIXED), and zap_pte_range()'s flush_tlb_batched_pending()
 #   flushes an mm with deferred (lazy too) unmaps: 6.12's own flush, which
-#   no bit switches off (Documentation/mm/luf.rst, H4 and H7);
-# - reuse releases the held pages by writing 0 to the luf switch, and
-#   switch_store() (patch 0011) flushes with luf_flush_all() before
-#   luf_release(), whose flush is the only one R1's bit skips
-#   (nr_tlb_flush_luf_special moved once per trial).
+#   no bit switches off (Documentation/mm/luf.rst, H4 and H7).
+# reuse was here until switch_store() (patch 0011) released the held pages
+# before its own flush, and skipped that flush too with R1's bit off.
 STILL_FLUSHED = {
     "truncate": "with R4 and R6 off, truncation still zaps the reader's "
                 "mapping, and zap_pte_range() flushes its mm (R5, 6.12's "
@@ -61,9 +62,6 @@ STILL_FLUSHED = {
     "remap": "disable_rules bit 3 switches off R5's userfaultfd checks only; "
              "MAP_FIXED's zap flushes the mm (6.12's "
              "flush_tlb_batched_pending(), not switchable)",
-    "reuse": "the luf switch's release flushes (luf_flush_all() in "
-             "switch_store()) before luf_release(), whose flush is the only "
-             "one R1's bit skips",
 }
 
 
@@ -130,3 +128,34 @@ def test_mode_fails_without_its_rule(mode):
         assert rec["violations"] > 0 and rec["disable_rules"] == RULES[mode], rec
         assert rec["checks"]["luf_folios"] >= rec["pages_per_trial"], rec
         assert exits(output) == {mode: 1}, output[-3000:]
+
+
+# The debug checker's warning when a mode's rule is missing: it must see the
+# stale translation being observed on its own, without the test's reader.
+CHECKER_WARNS = {"cow": "rule R3 missing", "write": "rule R4 or R6 missing",
+                 "reuse": "freed before the flush of generation"}
+
+
+@pytest.mark.parametrize("mode", sorted(CHECKER_WARNS))
+def test_debug_checker_warns_without_the_rule(mode):
+    kernel = build.built("debug")
+    logdir = vm.new_logdir(kernel)
+    cmd = command("luf-hazards", [mode],
+                  f"--trials 20 --disable-rules {RULES[mode]}")
+    try:
+        vm.run(kernel, cmd, shape(), logdir=logdir, quiet=True,
+               allow_splats=True)
+    except LabError:
+        pass  # reuse without R1 may kill the guest; the console has the log
+    console = (logdir / "console.log").read_text(errors="replace")
+    assert CHECKER_WARNS[mode] in console, console[-3000:]
+
+
+def test_every_mode_passes_on_the_debug_kernel_without_warnings():
+    """All rules on, DEBUG_VM, KASAN, lockdep and the LUF checker: every mode
+    passes, and the run fails on any splat (a checker warning is one)."""
+    results = run_clean(build.built("debug"), "luf-hazards", MODES,
+                        "--trials 50", shape())
+    for mode, rec in results.items():
+        assert rec["trials"] == 50 and rec["violations"] == 0, (mode, rec)
+        assert rec["checks"]["luf_folios"] >= 50 * rec["pages_per_trial"], rec

@@ -11,22 +11,25 @@ import re
 import pytest
 
 from lab import build, vm
+from lab.safety_parse import SUB_RESULT
 
 pytestmark = pytest.mark.vm
 
 CASES = ("luf_test_note_only_grows", "luf_test_flush_advances_done",
          "luf_test_closed_generation_refused", "luf_test_publish_then_flush",
          "luf_test_flushed_gen_is_noop")
-RESULT = re.compile(r"^\s*(ok|not ok) \d+ (\w+)")
+# a kernel log line's timestamp, and KTAP's indentation of a suite's cases
+LOG_PREFIX = re.compile(r"^(\[[ \d.]+\] )?\s*")
 
 
 def ktap_results(log):
-    """{case or suite name: 'ok' / 'not ok'} from a KTAP kernel log."""
+    """{case or suite name: 'ok' / 'not ok'} from a KTAP kernel log, with
+    the TAP result pattern the selftests' parser uses."""
     found = {}
     for line in log.splitlines():
-        m = RESULT.match(re.sub(r"^\[[ \d.]+\] ", "", line))
+        m = SUB_RESULT.match(LOG_PREFIX.sub("", line, count=1))
         if m:
-            found[m.group(2)] = m.group(1)
+            found[m.group(3)] = m.group(1)
     return found
 
 

@@ -11,7 +11,9 @@ each kernel the suite boots two guests:
              skipping;
   stress     Debian's stress-ng memory stressors with --verify, in phases
              that push pages through swap (a memory cgroup), demotion to the
-             slower node and NUMA balancing, with THP and mTHP on.
+             slower node and NUMA balancing, with THP and mTHP on, and one
+             phase run from a disk filesystem, whose clean read-only-mapped
+             text and data reclaim takes away (what LUF unmaps lazily);
 
 It then compares patched with vanilla and debug with vanilla-debug (the
 unpatched kernel built the same way), prints one table per kernel and
@@ -101,6 +103,7 @@ class StressPhase:
     args: str                # stressors and their options
     memcg: str | None = None  # memory.max of the cgroup it runs in
     what: str = ""
+    on_disk: bool = False    # stress-ng runs from /scratch (see DISK_SETUP)
 
 
 def stress_phases(soak):
@@ -131,6 +134,20 @@ def stress_phases(soak):
         f"--userfaultfd 1 --shm 1 --msync 1 --tlb-shootdown 1 --timeout {seconds}",
         what="node 0 under pressure: demotion to the CPU-less node 1, promotion "
              "back (numa_balancing=2), move_pages/mbind migration, TLB shootdowns"))
+    # Everything above runs from the initramfs and tmpfs, whose pages LUF
+    # never unmaps lazily (no backing device).  Here stress-ng itself and its
+    # libraries are read from an ext2 filesystem: every worker maps their
+    # text and read-only data, the small cgroup makes reclaim take those
+    # clean pages away while they are mapped, and forks, dlopen()s and COW writes
+    # to private file pages fault them back: an ordinary workload on the
+    # paths LUF's rules guard.
+    phases.append(StressPhase(
+        "disk",
+        f"--vm 2 --vm-bytes 96M --vm-method all --fork 2 --mmapfork 1 --dynlib 1 "
+        f"--timeout {seconds}",
+        memcg="80M", on_disk=True,
+        what="stress-ng's own text and data on ext2 (zram) reclaimed from a "
+             "80 MiB memory cgroup while mapped: lazy unmaps under LUF"))
     return phases
 
 
@@ -143,7 +160,9 @@ def selftest_shape(soak, variant):
 
 def stress_shape(soak, variant):
     total = sum(_phase_seconds(p) for p in stress_phases(soak))
+    # unflush.scratch: the ext2 on zram the disk phase runs from
     return vm.VMShape(cpus=2, mem="1G", node1="512M", zram="1G",
+                      append=f"unflush.scratch={DISK_SIZE}",
                       timeout=total * 2 * SLOWDOWN[variant] + 180)
 
 
@@ -247,9 +266,9 @@ echo +memory >/sys/fs/cgroup/cgroup.subtree_control
 mkdir -p /dev/shm && mount -t tmpfs shm /dev/shm
 export PATH=/safety/bin:$PATH
 mkdir -p /tmp/stress && cd /tmp/stress
-run_phase() {   # name memory.max|- stress-ng arguments...
-	name=$1 limit=$2
-	shift 2
+run_phase() {   # name memory.max|- program arguments...
+	name=$1 limit=$2 prog=$3
+	shift 3
 	join=true
 	if [ "$limit" != - ]; then
 		mkdir -p /sys/fs/cgroup/$name
@@ -258,7 +277,7 @@ run_phase() {   # name memory.max|- stress-ng arguments...
 	fi
 	sed "s/^/SAFETY-VMSTAT $name before /" /proc/vmstat
 	echo "SAFETY-STRESS-BEGIN $name $(date +%s)"
-	sh -c "$join && exec stress-ng --verify --metrics-brief --yaml /tmp/$name.yaml $*"
+	sh -c "$join && exec $prog --verify --metrics-brief --yaml /tmp/$name.yaml $*"
 	rc=$?
 	echo "SAFETY-STRESS-END $name $rc $(date +%s)"
 	sed "s/^/SAFETY-VMSTAT $name after /" /proc/vmstat
@@ -269,6 +288,30 @@ run_phase() {   # name memory.max|- stress-ng arguments...
 """
 
 
+# The disk phase's filesystem (guest/init.sh makes an ext2 on zram there).
+DISK_SIZE = "256M"
+DISK_STRESS_NG = "/scratch/stress/run"
+LUF_DISABLE_RULES = "/sys/kernel/debug/luf/disable_rules"
+
+# stress-ng and every library of the image copied to /scratch, and a
+# wrapper that has the loader find them there (LD_LIBRARY_PATH, inherited by
+# the exec stressor's children), so that their pages are page cache of a disk
+# filesystem.  Dropped from the cache afterwards: faulted in again inside the
+# phase, they are charged to its cgroup and reclaimed there.
+DISK_SETUP = r"""
+if grep -q " /scratch ext2 " /proc/mounts && mkdir -p /scratch/stress/lib &&
+	cp /safety/bin/stress-ng /scratch/stress/ &&
+	cp -L /lib/x86_64-linux-gnu/*.so* /scratch/stress/lib/ &&
+	{ echo '#!/bin/sh'
+	  echo 'LD_LIBRARY_PATH=/scratch/stress/lib exec /scratch/stress/stress-ng "$@"'
+	} >/scratch/stress/run && chmod +x /scratch/stress/run && sync; then
+	echo 3 >/proc/sys/vm/drop_caches
+else
+	echo "SAFETY-ERROR cannot copy stress-ng to /scratch: the disk phase would not run from a disk"
+fi
+"""
+
+
 def selftest_script(categories, variant):
     lines = [GUEST_SETUP, SELFTEST_SCRIPT]
     lines += [f"run_category {c.name} {c.watchdog * SLOWDOWN[variant]}"
@@ -276,9 +319,20 @@ def selftest_script(categories, variant):
     return "\n".join(lines) + "\n"
 
 
-def stress_script(phases):
+def stress_script(phases, disable_rules=None):
+    """The stress guest's script.  `disable_rules`: a mask for the debug
+    kernel's /sys/kernel/debug/luf/disable_rules, to run the phases with
+    LUF rules off and see whether its checker notices."""
     lines = [GUEST_SETUP, STRESS_SETUP]
-    lines += [f"run_phase {p.name} {p.memcg or '-'} {p.args}" for p in phases]
+    if any(p.on_disk for p in phases):
+        lines.append(DISK_SETUP)
+    if disable_rules is not None:
+        lines.append(f"echo {int(disable_rules)} >{LUF_DISABLE_RULES} || "
+                     f"echo 'SAFETY-ERROR cannot write {LUF_DISABLE_RULES}: "
+                     f"not a CONFIG_DEBUG_LUF kernel'")
+    lines += [f"run_phase {p.name} {p.memcg or '-'} "
+              f"{DISK_STRESS_NG if p.on_disk else 'stress-ng'} {p.args}"
+              for p in phases]
     return "\n".join(lines) + "\n"
 
 
@@ -321,6 +375,12 @@ def run_guest(kernel, what, script, shape, outdir, kr, layer):
     return output
 
 
+def guest_errors(output):
+    """What a guest script said went wrong in its set-up (SAFETY-ERROR)."""
+    return [ln.split(" ", 1)[1] for ln in output.splitlines()
+            if ln.startswith("SAFETY-ERROR ")]
+
+
 def _read(path):
     try:
         return path.read_text(errors="replace").replace("\r\n", "\n")
@@ -340,11 +400,26 @@ def run_kernel(variant, soak, layer, outdir, parts=PARTS):
         out = run_guest(kernel, "stress", stress_script(stress_phases(soak)),
                         stress_shape(soak, variant), outdir, kr, layer)
         kr.phases = parse.parse_stress(out)
+        kr.errors += guest_errors(out)
     if "stale-tlb" in parts:
         out = run_guest(kernel, "stale-tlb", stale_tlb_script(soak),
                         stale_tlb_shape(soak, variant), outdir, kr, layer)
         kr.stale = parse.parse_stale_tlb(out, STALE_TLB_MODES)
     return kr
+
+
+def run_stress_alone(variant, phases, disable_rules=None):
+    """Boot `variant` once for some of the stress phases, with the LUF rules
+    in the mask `disable_rules` off (debug kernels): (parsed phases, splats,
+    console log, guest errors).  For tests of the LUF checker."""
+    kernel = build.built(variant)
+    mm, _ = safety_build.build_selftests()
+    kr = KernelRun(variant, kernel.release)
+    outdir = vm.new_logdir(kernel)
+    out = run_guest(kernel, "stress", stress_script(phases, disable_rules),
+                    stress_shape(False, variant), outdir, kr, safety_build.layer(mm))
+    console = _read(outdir / f"{variant}-stress.console.log")
+    return parse.parse_stress(out), kr.splats, console, kr.errors + guest_errors(out)
 
 
 # How many more boots a lost test gets before it counts as a regression.
@@ -387,7 +462,8 @@ def confirm_regressions(kr, baseline, soak, layer, outdir):
 UNMAP_COUNTERS = ("pswpout", "pswpin", "pgsteal_anon", "pgsteal_file", "pgsteal_kswapd",
                   "pgsteal_direct", "pgdemote_kswapd", "pgdemote_direct",
                   "pgpromote_success", "pgmigrate_success", "thp_swpout",
-                  "thp_split_page", "nr_tlb_remote_flush", "nr_tlb_remote_flush_received")
+                  "thp_split_page", "nr_tlb_remote_flush", "nr_tlb_remote_flush_received",
+                  "nr_tlb_luf_folios", "nr_tlb_flush_luf_mm", "nr_tlb_flush_luf_special")
 
 
 def summarize(kr, baseline=None):

@@ -418,6 +418,11 @@ def test_stress_verified_data_and_did_work(quick_run):
         assert stress["ops"] > 0, variant
         # the memory cgroup really pushed pages out to zram
         assert stress["vmstat"]["pswpout"] > 0, (variant, stress["vmstat"])
+        # on LUF kernels the disk phase ran LUF's lazy unmaps, not just
+        # the flushing paths
+        if variant in ("patched", "debug"):
+            disk = stress["phases"]["disk"]["vmstat"]
+            assert disk["nr_tlb_luf_folios"] > 0, (variant, disk)
 
 
 @pytest.mark.vm

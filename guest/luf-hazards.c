@@ -24,13 +24,21 @@
  *             file at the same address with MAP_FIXED;
  *   reuse     R1: stale-tlb's attack; the helper makes LUF release the held
  *             pages (the switch off and on: flush, then free on its CPU)
- *             and fills fresh pages with a canary, which gets them.
+ *             and fills fresh pages with a canary, which gets them;
+ *   demote    R1 too, but the pages are taken by asynchronous migration,
+ *             whose lazy sources migrate_folio_done() holds, not by
+ *             reclaim: the program runs in a memory cgroup of its own, and
+ *             the helper writes to its memory.reclaim, whose proactive
+ *             reclaim demotes the file pages to a CPU-less node in a lower
+ *             memory tier (MADV_PAGEOUT's reclaim never demotes, and
+ *             move_pages() migrates synchronously, never lazily).
  *
  * After main says "done", the reader must see the new data (SIGBUS in
- * truncate, never the canary in reuse); the old bytes are a violation,
- * printed at once.  A trial counts only if the take-away was lazy:
- * nr_tlb_luf_folios moved by the trial's pages.  The reader, the helper and
- * the trial's mechanics are lib/reader.c's, shared with stale-tlb.
+ * truncate, never the canary in reuse and demote); the old bytes are a
+ * violation, printed at once.  A trial counts only if the take-away was
+ * lazy: nr_tlb_luf_folios moved by the trial's pages (in demote, also every
+ * page now on the lower node).  The reader, the helper and the trial's
+ * mechanics are lib/reader.c's, shared with stale-tlb.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -40,6 +48,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,17 +56,17 @@
 #include "unflush.h"
 
 static const char usage[] =
-"usage: luf-hazards cow|write|truncate|remap|reuse [--trials N] [--pages N]\n"
-"                   [--dir DIR] [--linger N] [--disable-rules MASK]\n"
+"usage: luf-hazards cow|write|truncate|remap|reuse|demote [--trials N]\n"
+"                   [--pages N] [--dir DIR] [--linger N] [--disable-rules MASK]\n"
 "                   [--keep-going] [--quick]\n"
 "\n"
 "Attacks the hazard rules of LUF, the lazy unmap flush\n"
 "(Documentation/mm/luf.rst in the kernel).\n"
 "A reader thread pinned alone on the last CPU keeps reading a file's pages\n"
 "through a fresh mapping.  A helper process on the first CPU takes them away\n"
-"with process_madvise(MADV_PAGEOUT); LUF leaves the reader's translation\n"
-"stale.  Then the mode changes what a fresh translation would give, says\n"
-"\"done\", and the reader must see the change.\n"
+"with process_madvise(MADV_PAGEOUT) (demote: memory.reclaim); LUF leaves the\n"
+"reader's translation stale.  Then the mode changes what a fresh translation\n"
+"would give, says \"done\", and the reader must see the change.\n"
 "\n"
 "modes (the rule each attacks):\n"
 "  cow          R3: MAP_PRIVATE, PROT_READ|PROT_WRITE, read-faulted; main\n"
@@ -71,9 +80,17 @@ static const char usage[] =
 "  reuse        R1: the helper releases the held pages (the luf switch off\n"
 "               and on) and fills fresh pages with a canary, which gets them\n"
 "               (PFNs); the reader must never see it\n"
+"  demote       R1, as reuse, but the take-away is reclaim's demotion (an\n"
+"               asynchronous migration, lazy too): the program runs in a\n"
+"               memory cgroup of its own (removed at exit) and the helper\n"
+"               writes to its memory.reclaim; needs a CPU-less memory node\n"
+"               in a lower memory tier (the lab: --node1 SIZE), demotion\n"
+"               switched on here (and NUMA balancing off: its scans would\n"
+"               flush the reader's TLB), both put back at exit; a trial\n"
+"               counts only if every page went to that node (move_pages)\n"
 "\n"
 "  --trials N   lazy trials to run (default 1000, --quick 200)\n"
-"  --pages N    pages per trial (default 4, at most 64)\n"
+"  --pages N    pages per trial (default 4, demote 1; at most 64)\n"
 "  --dir DIR    where to make the files: a disk filesystem (not tmpfs: LUF\n"
 "               acts on clean page cache) the program can write (default\n"
 "               /scratch: the lab's guest makes an ext2 on zram there when\n"
@@ -97,15 +114,29 @@ static const char usage[] =
 "end one UNFLUSH-RESULT line, experiment luf-hazards/<mode>, with trials,\n"
 "violations, rule, disable_rules, sigbus_reads and the first violations;\n"
 "checks: attempts, missed_trials, lazy_trials, disturbed_trials,\n"
-"luf_folios, taken_pages, reused_pages, expected_pages.\n"
+"luf_folios, taken_pages, reused_pages, expected_pages (demote: also\n"
+"demoted_pages, pages found on the lower node after the take-away).\n"
 "Exit 0: no violation; 1: violations (result printed), or a precondition\n"
 "failed (no result); 2: usage.\n";
 
 #define DISABLE_RULES	"/sys/kernel/debug/luf/disable_rules"
 #define UNMAP_FLUSH	"/sys/kernel/mm/tlb_batching/unmap_flush"
+#define DEMOTION	"/sys/kernel/mm/numa/demotion_enabled"
+#define NUMA_BALANCING	"/proc/sys/kernel/numa_balancing"
+/*
+ * demote's request to memory.reclaim.  File pages only: no swap-out and no
+ * demotion of anonymous pages, whose flush would reach the reader (main's
+ * anonymous pages are in the cgroup too) and make the trial prove nothing.
+ * One page: each write ends after the first reclaim call (priorities 12 to
+ * 0) that reclaims anything.  The demoted copy of a page, mapped by an old
+ * PTE and its referenced flag used up, is reclaimed from node 1 the first
+ * time reclaim meets it; it is safe only in the priority pass that made it
+ * (node 1's scan is sized before), so no call may go on after it.
+ */
+#define RECLAIM_ARG	"4K swappiness=0"
 #define NEW_MAGIC	0x4E3E3000ULL	/* high 32 bits of word 0 of new data */
 
-enum mode { COW, WRITE, TRUNCATE, REMAP, REUSE };
+enum mode { COW, WRITE, TRUNCATE, REMAP, REUSE, DEMOTE };
 static const struct {
 	const char *rule;
 	enum after_done after;
@@ -115,10 +146,18 @@ static const struct {
 	[TRUNCATE] = { "R4,R6", AFTER_SIGBUS },
 	[REMAP]    = { "R5",    AFTER_NEW },
 	[REUSE]    = { "R1",    AFTER_SAME },
+	[DEMOTE]   = { "R1",    AFTER_SAME },
 };
 enum op { OP_TAKE = 1, OP_WRITE, OP_TRUNCATE, OP_REUSE };
 
 static enum mode mode;
+static int lower_node = -1;	/* demote: the CPU-less node pages go to */
+
+/* the modes whose helper fills the released pages with a canary */
+static bool canary_mode(void)
+{
+	return mode == REUSE || mode == DEMOTE;
+}
 
 /* A file of the lab's data-disk format: page p is p, then the file's tag. */
 struct testfile {
@@ -135,6 +174,7 @@ struct run {
 	struct fresh_va va;
 	/* tallies */
 	long done, attempts, missed, disturbed, taken, reused, luf_folios;
+	long demoted;
 };
 
 static char made[2][sizeof(ctl->path)];
@@ -255,6 +295,37 @@ static void make_file(struct testfile *f, char *made_path, const char *dir,
 	posix_fadvise(f->fd, 0, 0, POSIX_FADV_RANDOM);
 }
 
+/*
+ * demote: reclaim demotes to the next node down the memory tiers; the lab
+ * gives node 1 no CPU and HMAT figures that put it in a lower tier.
+ */
+static void demotion_setup(void)
+{
+	int mem[64], cpu[64], nmem, ncpu;
+
+	nmem = node_list("has_memory", mem, 64);
+	ncpu = node_list("has_cpu", cpu, 64);
+	for (int m = 0; m < nmem && lower_node < 0; m++) {
+		bool has_cpu = false;
+
+		for (int c = 0; c < ncpu; c++)
+			has_cpu |= cpu[c] == mem[m];
+		if (!has_cpu)
+			lower_node = mem[m];
+	}
+	if (lower_node < 0 || !path_exists(DEMOTION))
+		die(1, "demote needs a CPU-less memory node to demote to (%s): boot the lab's guest with --node1 SIZE",
+		    path_exists(DEMOTION) ? "none found" : "no " DEMOTION);
+	setting_write(DEMOTION, "1");
+	/*
+	 * Its scanner makes the reader's PTEs to pages off the top tier
+	 * PROT_NONE and flushes them: the demoted pages' addresses, the very
+	 * ones whose stale translations the trial needs.
+	 */
+	if (path_exists(NUMA_BALANCING))
+		setting_write(NUMA_BALANCING, "0");
+}
+
 static void set_rules(const char *mask)
 {
 	need_debugfs(DISABLE_RULES);
@@ -288,6 +359,22 @@ static void file_image(struct page_image *m, const struct testfile *f,
 		m->index[i] = region * npages + i;
 }
 
+/* demote: pages of the trial whose PTE in this mm maps a page on lower_node */
+static int pages_on_lower_node(uintptr_t va, int npages)
+{
+	void *pages[TRIAL_MAX_PAGES];
+	int status[TRIAL_MAX_PAGES], n = 0;
+
+	for (int i = 0; i < npages; i++)
+		pages[i] = (void *)(va + i * PAGE_SIZE_4K);
+	/* no nodes given: only says where each page is, moves nothing */
+	if (syscall(SYS_move_pages, 0, npages, pages, NULL, status, 0))
+		die(1, "move_pages (where are the pages): %s", strerror(errno));
+	for (int i = 0; i < npages; i++)
+		n += status[i] == lower_node;
+	return n;
+}
+
 /* After a lazy take-away: make a fresh translation give other bytes. */
 static void hazard(struct run *r, uintptr_t va, long region)
 {
@@ -308,6 +395,7 @@ static void hazard(struct run *r, uintptr_t va, long region)
 		map_region(r, va, &r->b, region);
 		break;
 	case REUSE:
+	case DEMOTE:
 		break;
 	}
 }
@@ -322,6 +410,7 @@ static void one_trial(struct run *r)
 	struct timespec settle = { 0, 20 * 1000 * 1000 };
 	long long luf0, luf1, preempted;
 	bool lazy, disturbed;
+	int demoted;
 
 	file_image(&ctl->old, &r->a, region, r->npages);
 	if (mode == REMAP) {
@@ -352,15 +441,21 @@ static void one_trial(struct run *r)
 	preempted = reader_preemptions();
 	/* no stat_refresh here: it would run work on the reader's CPU */
 	luf0 = vmstat_value("nr_tlb_luf_folios");
-	helper_command(mode == REUSE ? OP_REUSE : OP_TAKE);
+	helper_command(canary_mode() ? OP_REUSE : OP_TAKE);
 	luf1 = vmstat_value("nr_tlb_luf_folios");
 	lazy = ctl->taken == r->npages && luf1 - luf0 >= r->npages;
 	disturbed = reader_preemptions() != preempted;
+	/* a page reclaimed, not demoted, would prove another path */
+	if (mode == DEMOTE) {
+		demoted = pages_on_lower_node(va, r->npages);
+		lazy = lazy && demoted == r->npages;
+		r->demoted += demoted;
+	}
 	r->luf_folios += luf1 - luf0;
 	r->taken += ctl->taken;
 	r->reused += ctl->reused;
 
-	if (lazy && mode != REUSE) {
+	if (lazy && !canary_mode()) {
 		long passes;
 
 		hazard(r, va, region);
@@ -408,7 +503,8 @@ static void own_arg(int i, char *value)
 int main(int argc, char **argv)
 {
 	static const char *const names[] = {
-		"cow", "write", "truncate", "remap", "reuse", NULL };
+		"cow", "write", "truncate", "remap", "reuse", "demote",
+		NULL };
 	static const char *const own[] = { "dir", "disable-rules", NULL };
 	struct attack_args args = {
 		.usage = usage, .modes = names, .own = own, .own_arg = own_arg };
@@ -422,7 +518,12 @@ int main(int argc, char **argv)
 	parse_attack_args(argc, argv, &args);
 	mode = args.mode;
 	r.trials = args.trials;
-	r.npages = args.npages ? args.npages : 4;
+	/*
+	 * demote: a page's first meeting with reclaim only clears its young
+	 * PTE; with more pages, those demoted by one reclaim call have their
+	 * copies reclaimed by the next, which the others need (RECLAIM_ARG)
+	 */
+	r.npages = args.npages ? args.npages : mode == DEMOTE ? 1 : 4;
 	r.linger = args.linger;
 	r.keep_going = args.keep_going;
 	if (!r.trials)
@@ -442,6 +543,8 @@ int main(int argc, char **argv)
 		  PAGE_SIZE_4K);
 
 	pin_main(main_cpu);
+	if (mode == DEMOTE)
+		demotion_setup();
 	if (mask[0])
 		set_rules(mask);
 	setting_write(LUF_SWITCH, "1");
@@ -449,7 +552,19 @@ int main(int argc, char **argv)
 	if (path_exists(UNMAP_FLUSH))
 		setting_write(UNMAP_FLUSH, "1");
 	attack_init(name, main_cpu, reader_cpu);
-	ctl->luf_release = mode == REUSE;
+	ctl->luf_release = canary_mode();
+	if (mode == DEMOTE) {
+		/*
+		 * Before the fork and the reader: the trial's pages are
+		 * charged to this cgroup (main faults them in), and the helper
+		 * reclaims from it.  No limit: reclaim only when asked.
+		 */
+		snprintf(ctl->reclaim, sizeof(ctl->reclaim), "%s/memory.reclaim",
+			 memcg_create("luf-hazards", 0));
+		snprintf(ctl->reclaim_arg, sizeof(ctl->reclaim_arg), "%s",
+			 RECLAIM_ARG);
+		memcg_join_until_exit();
+	}
 	cleanup_push_fn(remove_files);
 	make_file(&r.a, made[0], dir, 'a', r.slots * r.npages);
 	if (mode == REMAP)
@@ -469,6 +584,10 @@ int main(int argc, char **argv)
 	attack_end(&p);
 
 	violations = atomic_load(&ctl->violations);
+	if (!violations && r.missed > max_missed && mode == DEMOTE)
+		fprintf(stderr, "%s: %ld of the %ld pages were found on node %d after the take-away (the rest were not demoted)\n",
+			program_invocation_short_name, r.demoted,
+			r.attempts * r.npages, lower_node);
 	if (!violations && r.missed > max_missed)
 		die(1, "in %ld of %ld trials the take-away was not lazy (nr_tlb_luf_folios +%ld for %ld pages taken; LUF fell back: writable %lld, file %lld, race %lld, other %lld): the test proves nothing; is %s on a disk filesystem and not open for writing?",
 		    r.missed, r.attempts, r.luf_folios, r.taken,
@@ -479,7 +598,7 @@ int main(int argc, char **argv)
 	if (!violations && r.disturbed > r.trials)
 		die(1, "in %ld of %ld trials the reader's CPU switched to another task between the take-away and the mode's operation (which flushes its TLB under LUF): the test proves nothing; is something else running?",
 		    r.disturbed, r.attempts);
-	if (!violations && mode == REUSE && r.reused * 2 < r.done * r.npages)
+	if (!violations && canary_mode() && r.reused * 2 < r.done * r.npages)
 		die(1, "the canary process got only %ld of the %ld released pages: the test proves little; is something else allocating on CPU %d?",
 		    r.reused, r.done * r.npages, main_cpu);
 
@@ -495,6 +614,8 @@ int main(int argc, char **argv)
 	field_int(&checks, "taken_pages", r.taken);
 	field_int(&checks, "reused_pages", r.reused);
 	field_int(&checks, "expected_pages", r.attempts * r.npages);
+	if (mode == DEMOTE)	/* found on the lower node, in every attempt */
+		field_int(&checks, "demoted_pages", r.demoted);
 	attack_switch_checks(&checks);
 	report_result(name, "threads", 0, &p, &extra, &checks);
 	phase_free(&p);

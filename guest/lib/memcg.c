@@ -98,11 +98,44 @@ const char *memcg_create(const char *name, size_t limit)
 		die(1, "cannot create cgroup %s: %s", cgroup_dir,
 		    strerror(errno));
 	cleanup_push_fn(remove_cgroup);
+	if (!limit)
+		return cgroup_dir;
 	snprintf(path, sizeof(path), "%s/memory.max", cgroup_dir);
 	snprintf(text, sizeof(text), "%zu", limit);
 	if (!write_text(path, text))
 		die(1, "cannot set %s to %s: %s", path, text, strerror(errno));
 	return cgroup_dir;
+}
+
+/*
+ * Every process still in the cgroup back to the root, so that its removal
+ * (pushed earlier, so run later) finds it empty: on an early exit a
+ * program's children may still be in it.
+ */
+static void leave_cgroup(void)
+{
+	char path[600], root[300];
+	FILE *f;
+	int pid;
+
+	snprintf(path, sizeof(path), "%s/cgroup.procs", cgroup_dir);
+	snprintf(root, sizeof(root), "%s/cgroup.procs", mount_dir);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	while (fscanf(f, "%d", &pid) == 1) {
+		char text[16];
+
+		snprintf(text, sizeof(text), "%d", pid);
+		write_text(root, text);	/* best effort: it may have exited */
+	}
+	fclose(f);
+}
+
+void memcg_join_until_exit(void)
+{
+	memcg_join();
+	cleanup_push_fn(leave_cgroup);
 }
 
 void memcg_join(void)

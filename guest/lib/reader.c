@@ -39,6 +39,7 @@
 
 #define MAX_PRINTED	8	/* violations printed as they happen */
 #define WAIT_S		30.0
+#define RECLAIM_TRIES	8	/* writes to memory.reclaim per take-away */
 
 struct attack *ctl;
 
@@ -344,11 +345,47 @@ void helper_fail(const char *fmt, ...)
 	va_end(ap);
 }
 
+/* pages of the trial whose PTE in main's mm no longer maps the old PFN */
+static int pages_moved(void)
+{
+	int moved = 0;
+
+	for (int i = 0; i < ctl->npages; i++)
+		if (present_pfn(pagemap_entry(hs.owner_map, ctl->va +
+					      i * PAGE_SIZE_4K)) !=
+		    ctl->victim_pfn[i])
+			moved++;
+	return moved;
+}
+
+/*
+ * Proactive reclaim of the cgroup the pages are charged to.  Reclaim keeps a
+ * folio whose PTE was young the first time it meets it (and clears the
+ * bit), and the cgroup's older pages come first: write again until every
+ * page has gone or the tries run out (the trial then shows it).  EAGAIN
+ * only says less than asked was reclaimed.
+ */
+static bool reclaim_away(void)
+{
+	for (int k = 0; k < RECLAIM_TRIES && pages_moved() < ctl->npages; k++) {
+		if (!write_text(ctl->reclaim, ctl->reclaim_arg) &&
+		    errno != EAGAIN) {
+			helper_fail("cannot write '%s' to %s: %s",
+				    ctl->reclaim_arg, ctl->reclaim,
+				    strerror(errno));
+			return false;
+		}
+	}
+	return true;
+}
+
 static bool take_away(void)
 {
 	uintptr_t va = ctl->va;
 	int n = ctl->npages;
 
+	if (ctl->reclaim[0])
+		return reclaim_away();
 	if (ctl->migrate) {
 		void *pages[TRIAL_MAX_PAGES];
 		int nodes[TRIAL_MAX_PAGES], status[TRIAL_MAX_PAGES];
@@ -382,19 +419,14 @@ static bool take_away(void)
  */
 static void count_taken(const uint64_t *canary_pfn, int n)
 {
-	ctl->taken = ctl->reused = 0;
-	for (int i = 0; i < ctl->npages; i++) {
-		uint64_t now = present_pfn(pagemap_entry(hs.owner_map,
-					ctl->va + i * PAGE_SIZE_4K));
-
-		if (now != ctl->victim_pfn[i])
-			ctl->taken++;
+	ctl->taken = pages_moved();
+	ctl->reused = 0;
+	for (int i = 0; i < ctl->npages; i++)
 		for (int k = 0; k < n; k++)
 			if (canary_pfn[k] == ctl->victim_pfn[i]) {
 				ctl->reused++;
 				break;
 			}
-	}
 }
 
 void helper_take_away(void)

@@ -263,13 +263,16 @@ void parse_folio_args(int argc, char **argv, const char *name,
 /* --- memcg.c --- */
 
 /*
- * Create <cgroup2 mount>/<name>-<pid> with memory.max = @limit, mounting
- * cgroup2 and enabling the memory controller if need be; all undone at exit
- * (the cgroup must be empty by then).  Returns the cgroup's directory.
+ * Create <cgroup2 mount>/<name>-<pid> with memory.max = @limit (0: no
+ * limit), mounting cgroup2 and enabling the memory controller if need be;
+ * all undone at exit (the cgroup must be empty by then).  Returns the
+ * cgroup's directory.
  */
 const char *memcg_create(const char *name, size_t limit);
 /* Move the calling process into the cgroup memcg_create() made. */
 void memcg_join(void);
+/* memcg_join(), and at exit every process in the cgroup back to the root. */
+void memcg_join_until_exit(void);
 
 /* --- meminfo.c --- */
 
@@ -345,6 +348,12 @@ struct attack {
 	long htrial;
 	bool migrate;			/* take-away: move_pages, not pageout */
 	int target_node;
+	/*
+	 * take-away, if set: write reclaim_arg to this memory.reclaim, the
+	 * cgroup's proactive reclaim, which may demote (pageout never does)
+	 */
+	char reclaim[256];
+	char reclaim_arg[64];
 	bool luf_release;		/* release LUF's held pages for the canary */
 	uint64_t victim_pfn[TRIAL_MAX_PAGES];
 	char path[256];			/* for the program's own helper ops */
@@ -394,8 +403,9 @@ void helper_command(int op);
 void helper_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /*
  * In the helper: take the trial's pages from main's mm on this CPU
- * (process_madvise(MADV_PAGEOUT), or move_pages to ctl->target_node) and
- * count in ctl->taken the pages whose PTE no longer maps the old PFN.
+ * (process_madvise(MADV_PAGEOUT), move_pages to ctl->target_node, or
+ * writes to ctl->reclaim until every page has left its PFN) and count in
+ * ctl->taken the pages whose PTE no longer maps the old PFN.
  */
 void helper_take_away(void);
 /*

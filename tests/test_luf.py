@@ -6,11 +6,13 @@ read-only translation to the old page, which is held until a flush.  Each
 mode of luf-hazards takes a page away lazily and then makes a fresh
 translation give other bytes (a COW write, a write through a file opened for
 writing, a truncation, a new mapping at the address, or reuse of the page);
-the reader must see the change.  On the patched kernel every mode must pass,
+the reader must see the change.  demote is reuse with the page taken by
+reclaim's demotion to a lower memory tier, an asynchronous migration, so
+that the migration path's R1 is attacked too (its guest has a CPU-less
+node 1).  On the patched kernel every mode must pass,
 with lazy take-aways; on the debug kernel (CONFIG_DEBUG_LUF) with the mode's
 rule switched off (/sys/kernel/debug/luf/disable_rules) it must fail, so that
-the test is seen to have teeth: cow, write and reuse do (in their first
-trials); truncate and remap are flushed by something their bit does not
+the test is seen to have teeth: cow, write, reuse and demote do; truncate and remap are flushed by something their bit does not
 switch off (STILL_FLUSHED).  The debug checker must also warn on its own
 when cow's, write's and reuse's rules are off, and stay silent, with every
 mode passing, when all rules are on.
@@ -25,26 +27,30 @@ from stale_reads import (command, exits, records, run_clean, run_to_violation,
 
 pytestmark = pytest.mark.vm
 
-MODES = ("cow", "write", "truncate", "remap", "reuse")
+MODES = ("cow", "write", "truncate", "remap", "reuse", "demote")
 TRIALS = 200       # per mode, lazy and undisturbed
+# modes that need a CPU-less node 1 in a lower memory tier to demote to;
+# the others keep the guest they were measured in
+NODE1_MODES = ("demote",)
 
 # disable_rules bits (debug kernels): 0 R1, 1 R3, 2 R4, 3 R5 (userfaultfd
 # only), 4 R6
 R1, R3, R4, R5, R6 = (1 << bit for bit in range(5))
 RULES = {"cow": R3, "write": R4, "truncate": R4 | R6, "remap": R5,
-         "reuse": R1}
+         "reuse": R1, "demote": R1}
 
 # the LUF counter of the flush each mode's rule makes (remap's is 6.12's
 # flush_tlb_batched_pending(), which has none)
 RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm",),
                 "write": ("nr_tlb_flush_luf_file",),
                 "truncate": ("nr_tlb_flush_luf_file", "nr_tlb_flush_luf_inval"),
-                "reuse": ("nr_tlb_flush_luf_special",)}
+                "reuse": ("nr_tlb_flush_luf_special",),
+                "demote": ("nr_tlb_flush_luf_special",)}
 
 # What the reader sees when the mode's rule is missing: the page's bytes from
 # before the take-away, or in reuse the canary in the page it had lost.
 KIND = {"cow": "old", "write": "old", "truncate": "old", "remap": "old",
-        "reuse": "canary"}
+        "reuse": "canary", "demote": "canary"}
 
 # Modes that their rule's bit cannot make fail; strict, so that one that
 # starts failing is looked at.  Measured on the debug kernel, 200 trials
@@ -65,17 +71,25 @@ STILL_FLUSHED = {
 }
 
 
-def shape():
+def shape(modes):
     # unflush.scratch: an ext2 on zram at /scratch (guest/init.sh), a disk
     # filesystem the program can write its files on; tmpfs has no clean page
-    # cache to drop
-    return vm.VMShape(cpus=2, mem="1G", append="unflush.scratch=128M",
-                      timeout=900)
+    # cache to drop.  node1: a CPU-less node that HMAT puts in a lower
+    # memory tier (lab/vm.py), for the modes that demote.
+    node1 = "512M" if set(modes) & set(NODE1_MODES) else None
+    return vm.VMShape(cpus=2, mem="1G", node1=node1,
+                      append="unflush.scratch=128M", timeout=900)
 
 
-def test_every_mode_passes_with_lazy_trials():
-    results = run_clean(build.built("patched"), "luf-hazards", MODES,
-                        f"--trials {TRIALS}", shape())
+# the modes that share a guest (one boot each), named by their modes
+GROUPS = [pytest.param(g, id="-".join(g)) for g in (
+    tuple(m for m in MODES if m not in NODE1_MODES), NODE1_MODES)]
+
+
+@pytest.mark.parametrize("modes", GROUPS)
+def test_every_mode_passes_with_lazy_trials(modes):
+    results = run_clean(build.built("patched"), "luf-hazards", modes,
+                        f"--trials {TRIALS}", shape(modes))
     for mode, rec in results.items():
         checks, counters = rec["checks"], rec["counters"]
         pages = TRIALS * rec["pages_per_trial"]
@@ -96,8 +110,15 @@ def test_every_mode_passes_with_lazy_trials():
             assert flushes >= TRIALS // 2, (mode, counters)
         if mode == "truncate":  # after "done" the reader got SIGBUS
             assert rec["sigbus_reads"] >= TRIALS * rec["pages_per_trial"], rec
-        if mode == "reuse":     # the canary got the released pages
+        if mode in ("reuse", "demote"):  # the canary got the released pages
             assert checks["reused_pages"] >= 0.9 * pages, checks
+        if mode == "demote":
+            # every counted trial's page was found on node 1, a copy made
+            # by demotion (a migration: reclaim alone frees, and the PTE
+            # would be gone), and that copy was still mapped
+            assert checks["demoted_pages"] >= pages, checks
+            assert counters["pgdemote_direct"] >= pages, counters
+            assert counters["pgmigrate_success"] >= pages, counters
 
 
 def teeth_param(mode):
@@ -115,7 +136,7 @@ def test_mode_fails_without_its_rule(mode):
     moment it is seen, so a dead guest still counts."""
     cmd = command("luf-hazards", [mode],
                   f"--trials {TRIALS} --disable-rules {RULES[mode]}")
-    output = run_to_violation(build.built("debug"), cmd, shape())
+    output = run_to_violation(build.built("debug"), cmd, shape([mode]))
     seen = violations(output)
     assert seen, output[-3000:]
     assert all(v["experiment"] == f"luf-hazards/{mode}" for v in seen), seen
@@ -143,7 +164,7 @@ def test_debug_checker_warns_without_the_rule(mode):
     cmd = command("luf-hazards", [mode],
                   f"--trials 20 --disable-rules {RULES[mode]}")
     try:
-        vm.run(kernel, cmd, shape(), logdir=logdir, quiet=True,
+        vm.run(kernel, cmd, shape([mode]), logdir=logdir, quiet=True,
                allow_splats=True)
     except LabError:
         pass  # reuse without R1 may kill the guest; the console has the log
@@ -151,11 +172,12 @@ def test_debug_checker_warns_without_the_rule(mode):
     assert CHECKER_WARNS[mode] in console, console[-3000:]
 
 
-def test_every_mode_passes_on_the_debug_kernel_without_warnings():
+@pytest.mark.parametrize("modes", GROUPS)
+def test_every_mode_passes_on_the_debug_kernel_without_warnings(modes):
     """All rules on, DEBUG_VM, KASAN, lockdep and the LUF checker: every mode
     passes, and the run fails on any splat (a checker warning is one)."""
-    results = run_clean(build.built("debug"), "luf-hazards", MODES,
-                        "--trials 50", shape())
+    results = run_clean(build.built("debug"), "luf-hazards", modes,
+                        "--trials 50", shape(modes))
     for mode, rec in results.items():
         assert rec["trials"] == 50 and rec["violations"] == 0, (mode, rec)
         assert rec["checks"]["luf_folios"] >= 50 * rec["pages_per_trial"], rec

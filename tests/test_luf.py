@@ -7,14 +7,15 @@ mode of luf-hazards takes a page away lazily and then makes a fresh
 translation give other bytes (a COW write, a write through a file opened for
 writing, a truncation, a new mapping at the address, or reuse of the page);
 the reader must see the change.  demote is reuse with the page taken by
-reclaim's demotion to a lower memory tier, an asynchronous migration, so
-that the migration path's R1 is attacked too (its guest has a CPU-less
-node 1).  On the patched kernel every mode must pass,
-with lazy take-aways; on the debug kernel (CONFIG_DEBUG_LUF) with the mode's
-rule switched off (/sys/kernel/debug/luf/disable_rules) it must fail, so that
-the test is seen to have teeth: cow, write, reuse and demote do; truncate and remap are flushed by something their bit does not
-switch off (STILL_FLUSHED).  The debug checker must also warn on its own
-when cow's, write's and reuse's rules are off, and stay silent, with every
+reclaim's demotion to a lower memory tier (its guest has a CPU-less node 1):
+an asynchronous migration, whose lazy source page migrate_folio_done()
+holds.  On the patched kernel every mode must pass, with lazy take-aways; on
+the debug kernel (CONFIG_DEBUG_LUF) with the mode's rule switched off
+(/sys/kernel/debug/luf/disable_rules) it must fail, so that the test is seen
+to have teeth: cow, write, reuse and demote do (in their first trials);
+truncate and remap are flushed by something their bit does not switch off
+(STILL_FLUSHED).  The debug checker must also warn on its own when cow's,
+write's, reuse's and demote's rules are off, and stay silent, with every
 mode passing, when all rules are on.
 """
 
@@ -154,7 +155,8 @@ def test_mode_fails_without_its_rule(mode):
 # The debug checker's warning when a mode's rule is missing: it must see the
 # stale translation being observed on its own, without the test's reader.
 CHECKER_WARNS = {"cow": "rule R3 missing", "write": "rule R4 or R6 missing",
-                 "reuse": "freed before the flush of generation"}
+                 "reuse": "freed before the flush of generation",
+                 "demote": "freed before the flush of generation"}
 
 
 @pytest.mark.parametrize("mode", sorted(CHECKER_WARNS))

@@ -1,0 +1,62 @@
+"""The LUF checker (CONFIG_DEBUG_LUF) under an ordinary workload.
+
+Issue 4 asks that the checker catch a LUF rule removed on purpose while
+ordinary workloads run, without a test written for that rule.  The workload
+is the safety suite's `disk` stress phase (lab/safety.py): stress-ng run
+from an ext2 filesystem inside a small memory cgroup, so that reclaim takes
+its own text and read-only data away while its workers map them, and LUF
+leaves those unmaps lazy.  Nothing in it knows about LUF.
+
+On the debug kernel with every rule on, the phase must make lazy unmaps
+(or the rest proves nothing) and print no warning.  With rule R1 off (bit 0
+of /sys/kernel/debug/luf/disable_rules), reclaim frees the lazily unmapped
+pages at once, and the checker must warn that they were freed before their
+flush.
+
+Only R1 is tested here, because this workload reaches no other hazard.  Run
+with R3 off (bit 1): 224 folios unmapped lazily and no warning.  With every
+rule on, two runs of the same phase counted 36 and 41 early flushes by R3
+(nr_tlb_flush_luf_mm).  Those flushes come from R3's mm-wide trigger: a
+writable PTE installed anywhere in an mm with a lazy unmap pending.  The
+checker warns only when the writable PTE is at an address whose own lazy
+unmap is still pending, and stress-ng never wrote to a private file page
+that reclaim had just taken.  R4, R5 and R6 need writes to the file,
+userfaultfd or truncation, which this workload does not do either.
+tests/test_luf.py attacks every rule directly, and test_luf.py's
+test_debug_checker_warns_without_the_rule shows the checker seeing R3 and
+R4 broken under its workload.
+"""
+
+import pytest
+
+from lab import safety
+
+pytestmark = pytest.mark.vm
+
+R1 = 1 << 0
+
+
+def disk_phase():
+    (phase,) = [p for p in safety.stress_phases(False) if p.on_disk]
+    return phase
+
+
+def lazy_unmaps(phases):
+    return sum(p.vmstat.get("nr_tlb_luf_folios", 0) for p in phases)
+
+
+def test_disk_phase_is_lazy_and_clean_with_every_rule():
+    phases, splats, console, errors = safety.run_stress_alone("debug", [disk_phase()])
+    assert errors == [], errors
+    assert [p.name for p in phases] == ["disk"], phases
+    assert phases[0].verification_errors == 0, phases[0]
+    assert lazy_unmaps(phases) > 0, phases[0].vmstat
+    assert splats == [], splats
+
+
+def test_checker_catches_r1_removed_under_stress_ng():
+    phases, splats, console, errors = safety.run_stress_alone(
+        "debug", [disk_phase()], disable_rules=R1)
+    assert errors == [], errors
+    assert lazy_unmaps(phases) > 0, [p.vmstat for p in phases]
+    assert "freed before the flush of generation" in console, console[-3000:]

@@ -149,7 +149,21 @@ def build(variant, jobs=None):
     else:
         tree.ensure_patched()
     configure(variant)
-    return compile_dir(source_tree(variant), objdir(variant), variant, jobs)
+    kernel = compile_dir(source_tree(variant), objdir(variant), variant, jobs)
+    (objdir(variant) / SOURCE_STAMP).write_text(source_id(variant))
+    return kernel
+
+
+# Next to each image: what it was built from (see built()).
+SOURCE_STAMP = ".unflush-source"
+
+
+def source_id(variant):
+    """What a build of `variant` is made of: its tree's commit (patches/
+    applied) and its config fragments."""
+    head = tree.git(source_tree(variant), "rev-parse", "HEAD").stdout.strip()
+    frags = hashlib.sha256(b"".join(f.read_bytes() for f in fragments(variant)))
+    return f"{head} {frags.hexdigest()[:16]}\n"
 
 
 def compile_dir(src, out, name, jobs=None):
@@ -217,5 +231,12 @@ def built(variant):
     release_file = out / "include" / "config" / "kernel.release"
     if not image.exists() or not release_file.exists():
         raise LabError(f"the {variant} kernel is not built: run `python3 -m lab build "
+                       f"{variant}`")
+    # a tree regenerated from new patches (or a changed config fragment)
+    # leaves the old image in place: booting it would test the old series
+    stamp = out / SOURCE_STAMP
+    if not stamp.exists() or stamp.read_text() != source_id(variant):
+        raise LabError(f"the {variant} kernel was built from older sources than "
+                       f"patches/ and config/ now give: run `python3 -m lab build "
                        f"{variant}`")
     return Kernel(variant, image, release_file.read_text().strip(), out)

@@ -49,11 +49,13 @@ def cmd_run(args):
     if not args.command:
         raise LabError("run: give the guest command after --, e.g. "
                        "`python3 -m lab run -- cat /proc/meminfo`", exit_code=2)
+    shape = shape_from(args)
+    shape.validate()            # bad options first, then a missing kernel
     kernel = build.built(args.kernel)
     command = " ".join(args.command)
     if args.counters:
         command = f"counters -- sh -c {json.dumps(command)}"
-    result = vm.run(kernel, command, shape_from(args), logdir=args.logdir,
+    result = vm.run(kernel, command, shape, logdir=args.logdir,
                     dry_run=args.dry_run)
     if result is None:
         return 0

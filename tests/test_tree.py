@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from lab import paths, tree
+from lab import build, paths, tree
 from lab.errors import LabError
 
 PATCH_OK = """\
@@ -121,3 +121,27 @@ def test_uncommitted_changes_are_not_discarded(lab_env):
     (t / "mm" / "hello.c").write_text("int hello = 9;\n")
     with pytest.raises(LabError, match="uncommitted changes"):
         tree.ensure_patched()
+
+
+def fake_image(variant, release):
+    out = build.objdir(variant)
+    (out / "arch" / "x86" / "boot").mkdir(parents=True)
+    (out / "arch" / "x86" / "boot" / "bzImage").write_bytes(b"")
+    (out / "include" / "config").mkdir(parents=True)
+    (out / "include" / "config" / "kernel.release").write_text(release + "\n")
+    return out
+
+
+def test_an_image_older_than_its_tree_is_refused(lab_env):
+    write_series(lab_env, **{"0001-hello.patch": PATCH_OK})
+    tree.ensure_patched()
+    out = fake_image("patched", "6.12.117-patched")
+    # no record of its sources: built before the lab kept one
+    with pytest.raises(LabError, match="older sources.*lab build patched"):
+        build.built("patched")
+    (out / build.SOURCE_STAMP).write_text(build.source_id("patched"))
+    assert build.built("patched").release == "6.12.117-patched"
+    # the tree moves on (a new commit, as from new patches): the image is stale
+    tree.git(tree.patched_dir(), "commit", "-q", "--allow-empty", "-m", "mm: more")
+    with pytest.raises(LabError, match="older sources"):
+        build.built("patched")

@@ -49,9 +49,13 @@ RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm",),
                 "demote": ("nr_tlb_flush_luf_special",)}
 
 # What the reader sees when the mode's rule is missing: the page's bytes from
-# before the take-away, or in reuse the canary in the page it had lost.
-KIND = {"cow": "old", "write": "old", "truncate": "old", "remap": "old",
-        "reuse": "canary", "demote": "canary"}
+# before the take-away; in reuse and demote the page it had lost, reused:
+# the canary, or zeroes (foreign) if the reader looked between the
+# allocator's clearing of the page and the canary's fill (seen in CI with
+# demote's one page per trial).
+KIND = {"cow": ("old",), "write": ("old",), "truncate": ("old",),
+        "remap": ("old",), "reuse": ("canary", "foreign"),
+        "demote": ("canary", "foreign")}
 
 # Modes that their rule's bit cannot make fail; strict, so that one that
 # starts failing is looked at.  Measured on the debug kernel, 200 trials
@@ -141,7 +145,7 @@ def test_mode_fails_without_its_rule(mode):
     seen = violations(output)
     assert seen, output[-3000:]
     assert all(v["experiment"] == f"luf-hazards/{mode}" for v in seen), seen
-    assert any(v["kind"] == KIND[mode] for v in seen), seen
+    assert any(v["kind"] in KIND[mode] for v in seen), seen
     if mode == "truncate":
         assert all(v["expected"] == "SIGBUS" for v in seen), seen
     results = records(output, "UNFLUSH-RESULT")

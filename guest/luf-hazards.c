@@ -536,7 +536,14 @@ int main(int argc, char **argv)
 	attack_cpus(&main_cpu, &reader_cpu);
 	if (vmstat_value("nr_tlb_luf_folios") < 0)
 		die(1, "no nr_tlb_luf_folios in /proc/vmstat (CONFIG_DEBUG_TLBFLUSH): a lazy take-away could not be told from a flushed one");
-	max_missed = r.trials / 10 + 10;
+	/*
+	 * demote: whether a reclaim call demotes the trial's page (and not
+	 * another page of the cgroup), and whether its copy outlives the call,
+	 * depends on timing: 26 of 245 trials missed on patched, 16 of 27 on
+	 * the debug kernel in a loaded CI.  A missed trial costs time only;
+	 * every counted one was checked on its own.
+	 */
+	max_missed = mode == DEMOTE ? 3 * r.trials + 10 : r.trials / 10 + 10;
 	/* room for as many disturbed trials as trials (TCG: 0 to 14 %) */
 	r.slots = 2 * r.trials + max_missed + 1;
 	check_dir(dir, (mode == REMAP ? 2 : 1) * r.slots * r.npages *

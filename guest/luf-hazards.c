@@ -301,18 +301,7 @@ static void make_file(struct testfile *f, char *made_path, const char *dir,
  */
 static void demotion_setup(void)
 {
-	int mem[64], cpu[64], nmem, ncpu;
-
-	nmem = node_list("has_memory", mem, 64);
-	ncpu = node_list("has_cpu", cpu, 64);
-	for (int m = 0; m < nmem && lower_node < 0; m++) {
-		bool has_cpu = false;
-
-		for (int c = 0; c < ncpu; c++)
-			has_cpu |= cpu[c] == mem[m];
-		if (!has_cpu)
-			lower_node = mem[m];
-	}
+	lower_node = cpuless_node();
 	if (lower_node < 0 || !path_exists(DEMOTION))
 		die(1, "demote needs a CPU-less memory node to demote to (%s): boot the lab's guest with --node1 SIZE",
 		    path_exists(DEMOTION) ? "none found" : "no " DEMOTION);

@@ -138,3 +138,22 @@ int node_list(const char *name, int *nodes, int max)
 	snprintf(path, sizeof(path), "/sys/devices/system/node/%s", name);
 	return list_file(path, nodes, max);
 }
+
+int cpuless_node(void)
+{
+	int mem[64], cpu[64], nmem, ncpu;
+
+	nmem = node_list("has_memory", mem, 64);
+	ncpu = node_list("has_cpu", cpu, 64);
+	if (ncpu <= 0)
+		return -1;
+	for (int m = 0; m < nmem; m++) {
+		bool has_cpu = false;
+
+		for (int c = 0; c < ncpu; c++)
+			has_cpu |= cpu[c] == mem[m];
+		if (!has_cpu)
+			return mem[m];
+	}
+	return -1;
+}

@@ -118,6 +118,11 @@ void pin_to_cpu(int cpu);
 void pin_main(int cpu);
 /* Nodes in a /sys/devices/system/node list file (has_memory, has_cpu...). */
 int node_list(const char *name, int *nodes, int max);
+/*
+ * The first node with memory and no CPU (the lab's slower node 1, which
+ * HMAT puts in a lower memory tier: reclaim's demotion target), or -1.
+ */
+int cpuless_node(void);
 /* Parse a kernel list ("0-3,8"); false on malformed input. */
 bool parse_list(const char *text, bool *set, int max);
 

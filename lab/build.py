@@ -102,9 +102,13 @@ def configure(variant):
     configure_dir(source_tree(variant), objdir(variant), fragments(variant))
 
 
+def fragments_digest(frags):
+    return hashlib.sha256(b"".join(f.read_bytes() for f in frags)).hexdigest()
+
+
 def configure_dir(src, out, frags):
     """tinyconfig + fragments in `out`, re-done only when a fragment changed."""
-    digest = hashlib.sha256(b"".join(f.read_bytes() for f in frags)).hexdigest()
+    digest = fragments_digest(frags)
     stamp = out / ".unflush-config"
     if (out / ".config").exists() and stamp.exists() and stamp.read_text() == digest:
         return
@@ -162,8 +166,7 @@ def source_id(variant):
     """What a build of `variant` is made of: its tree's commit (patches/
     applied) and its config fragments."""
     head = tree.git(source_tree(variant), "rev-parse", "HEAD").stdout.strip()
-    frags = hashlib.sha256(b"".join(f.read_bytes() for f in fragments(variant)))
-    return f"{head} {frags.hexdigest()[:16]}\n"
+    return f"{head} {fragments_digest(fragments(variant))[:16]}\n"
 
 
 def compile_dir(src, out, name, jobs=None):

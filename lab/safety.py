@@ -369,6 +369,7 @@ def run_guest(kernel, what, script, shape, outdir, kr, layer):
         kr.splats += [f"{what}: {s}" for s in vm.find_splats(_read(logdir / "console.log"))]
     kr.seconds[what] = round(time.monotonic() - start, 1)
     kr.env += [ln for ln in output.splitlines() if ln.startswith("SAFETY-ENV")]
+    kr.errors += guest_errors(output)
     (outdir / f"{kernel.variant}-{what}.log").write_text(output)
     if (logdir / "console.log").exists():
         shutil.copy(logdir / "console.log", outdir / f"{kernel.variant}-{what}.console.log")
@@ -400,7 +401,6 @@ def run_kernel(variant, soak, layer, outdir, parts=PARTS):
         out = run_guest(kernel, "stress", stress_script(stress_phases(soak)),
                         stress_shape(soak, variant), outdir, kr, layer)
         kr.phases = parse.parse_stress(out)
-        kr.errors += guest_errors(out)
     if "stale-tlb" in parts:
         out = run_guest(kernel, "stale-tlb", stale_tlb_script(soak),
                         stale_tlb_shape(soak, variant), outdir, kr, layer)
@@ -419,7 +419,7 @@ def run_stress_alone(variant, phases, disable_rules=None):
     out = run_guest(kernel, "stress", stress_script(phases, disable_rules),
                     stress_shape(False, variant), outdir, kr, safety_build.layer(mm))
     console = _read(outdir / f"{variant}-stress.console.log")
-    return parse.parse_stress(out), kr.splats, console, kr.errors + guest_errors(out)
+    return parse.parse_stress(out), kr.splats, console, kr.errors
 
 
 # How many more boots a lost test gets before it counts as a regression.

@@ -32,6 +32,13 @@
  *             reclaim demotes the file pages to a CPU-less node in a lower
  *             memory tier (MADV_PAGEOUT's reclaim never demotes, and
  *             move_pages() migrates synchronously, never lazily).
+ *   anon-write  R3, for anonymous memory: pages written, swapped out and
+ *             shared with the helper by fork(), so that main's read fault
+ *             maps them read-only and clean; after the lazy swap-out the
+ *             helper drops its copy and main writes: do_swap_page() now
+ *             maps the page writable, its own and no one else's;
+ *   anon-reuse  R1, as reuse, for those anonymous pages: the swapped-out
+ *             page is released and the canary fills it.
  *
  * After main says "done", the reader must see the new data (SIGBUS in
  * truncate, never the canary in reuse and demote); the old bytes are a
@@ -56,7 +63,8 @@
 #include "unflush.h"
 
 static const char usage[] =
-"usage: luf-hazards cow|write|truncate|remap|reuse|demote [--trials N]\n"
+"usage: luf-hazards cow|write|truncate|remap|reuse|demote|anon-write|anon-reuse\n"
+"                   [--trials N]\n"
 "                   [--pages N] [--dir DIR] [--linger N] [--disable-rules MASK]\n"
 "                   [--keep-going] [--quick]\n"
 "\n"
@@ -88,6 +96,13 @@ static const char usage[] =
 "               switched on here (and NUMA balancing off: its scans would\n"
 "               flush the reader's TLB), both put back at exit; a trial\n"
 "               counts only if every page went to that node (move_pages)\n"
+"  anon-write   R3 for anonymous memory: MAP_PRIVATE|MAP_ANONYMOUS pages,\n"
+"               written, swapped out and then shared with the helper by\n"
+"               fork(), read back in (read-only: not exclusive); after the\n"
+"               take-away (a swap-out) the helper unmaps its copy and main\n"
+"               writes new data (the swap-in maps the page writable)\n"
+"  anon-reuse   R1, as reuse, for those anonymous pages\n"
+"               (the anon modes need swap: the lab's --zram SIZE)\n"
 "\n"
 "  --trials N   lazy trials to run (default 1000, --quick 200)\n"
 "  --pages N    pages per trial (default 4, demote 1; at most 64)\n"
@@ -136,7 +151,8 @@ static const char usage[] =
 #define RECLAIM_ARG	"4K swappiness=0"
 #define NEW_MAGIC	0x4E3E3000ULL	/* high 32 bits of word 0 of new data */
 
-enum mode { COW, WRITE, TRUNCATE, REMAP, REUSE, DEMOTE };
+enum mode { COW, WRITE, TRUNCATE, REMAP, REUSE, DEMOTE, ANON_WRITE,
+	    ANON_REUSE };
 static const struct {
 	const char *rule;
 	enum after_done after;
@@ -147,8 +163,10 @@ static const struct {
 	[REMAP]    = { "R5",    AFTER_NEW },
 	[REUSE]    = { "R1",    AFTER_SAME },
 	[DEMOTE]   = { "R1",    AFTER_SAME },
+	[ANON_WRITE] = { "R3",  AFTER_NEW },
+	[ANON_REUSE] = { "R1",  AFTER_SAME },
 };
-enum op { OP_TAKE = 1, OP_WRITE, OP_TRUNCATE, OP_REUSE };
+enum op { OP_TAKE = 1, OP_WRITE, OP_TRUNCATE, OP_REUSE, OP_DROP };
 
 static enum mode mode;
 static int lower_node = -1;	/* demote: the CPU-less node pages go to */
@@ -156,7 +174,13 @@ static int lower_node = -1;	/* demote: the CPU-less node pages go to */
 /* the modes whose helper fills the released pages with a canary */
 static bool canary_mode(void)
 {
-	return mode == REUSE || mode == DEMOTE;
+	return mode == REUSE || mode == DEMOTE || mode == ANON_REUSE;
+}
+
+/* the modes whose pages are anonymous, not a file's */
+static bool anon_mode(void)
+{
+	return mode == ANON_WRITE || mode == ANON_REUSE;
 }
 
 /* A file of the lab's data-disk format: page p is p, then the file's tag. */
@@ -172,6 +196,7 @@ struct run {
 	bool keep_going;
 	struct testfile a, b;		/* b: remap's other file */
 	struct fresh_va va;
+	uintptr_t *anon_va;		/* anon modes: each slot's pages */
 	/* tallies */
 	long done, attempts, missed, disturbed, taken, reused, luf_folios;
 	long demoted;
@@ -234,6 +259,13 @@ static void helper_op(int op)
 	case OP_REUSE:
 		helper_reuse_trial();
 		break;
+	case OP_DROP:
+		/* the helper's copy of main's pages: their swap entries */
+		if (madvise((void *)ctl->va, ctl->npages * PAGE_SIZE_4K,
+			    MADV_DONTNEED))
+			helper_fail("madvise(MADV_DONTNEED) of the helper's copy: %s",
+				    strerror(errno));
+		break;
 	}
 }
 
@@ -293,6 +325,54 @@ static void make_file(struct testfile *f, char *made_path, const char *dir,
 		die(1, "cannot open %s: %s", f->path, strerror(errno));
 	/* no readahead: every page the trials use is faulted alone */
 	posix_fadvise(f->fd, 0, 0, POSIX_FADV_RANDOM);
+}
+
+/*
+ * anon modes: every slot's pages, at the address its trial will use,
+ * written and swapped out before attack_start()'s fork gives the helper a
+ * copy of their swap entries.  Shared, a page is not exclusive: main's read
+ * fault maps it read-only and clean (a candidate for LUF), and the helper's
+ * copy keeps main's swap-in from mapping it writable until the helper drops
+ * it (anon-write's OP_DROP).
+ */
+static void make_anon(struct run *r)
+{
+	size_t len = r->npages * PAGE_SIZE_4K;
+	long total = r->slots * r->npages, swapped = 0;
+
+	snprintf(r->a.path, sizeof(r->a.path), "anonymous memory");
+	random_tag(r->a.tag, 0x4c55462d414e4f4eULL ^ (uint64_t)getpid() << 32);
+	r->anon_va = calloc(r->slots, sizeof(*r->anon_va));
+	if (!r->anon_va)
+		die(1, "out of memory");
+	for (long k = 0; k < r->slots; k++) {
+		uintptr_t va = (uintptr_t)fresh_va(&r->va, len, PAGE_SIZE_4K,
+						   k + 1);
+
+		if (mmap((void *)va, len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+			 0) == MAP_FAILED)
+			die(1, "mmap of anonymous memory: %s", strerror(errno));
+		/* each trial's read fault swaps in its own pages, no others */
+		madvise((void *)va, len, MADV_RANDOM);
+		for (int i = 0; i < r->npages; i++)
+			fill_page((uint64_t *)(va + i * PAGE_SIZE_4K),
+				  k * r->npages + i, r->a.tag);
+		r->anon_va[k] = va;
+	}
+	/* a page whose PTE was young may survive one pass: try again */
+	for (int pass = 0; pass < 5 && swapped < total; pass++) {
+		swapped = 0;
+		for (long k = 0; k < r->slots; k++) {
+			madvise((void *)r->anon_va[k], len, MADV_PAGEOUT);
+			for (int i = 0; i < r->npages; i++)
+				swapped += pagemap_self(r->anon_va[k] +
+					   i * PAGE_SIZE_4K) >> 62 & 1;
+		}
+	}
+	if (swapped < total)
+		die(1, "only %ld of %ld anonymous pages went to swap with MADV_PAGEOUT: the anon modes need them all swapped out; is swap full?",
+		    swapped, total);
 }
 
 /*
@@ -383,8 +463,16 @@ static void hazard(struct run *r, uintptr_t va, long region)
 	case REMAP:
 		map_region(r, va, &r->b, region);
 		break;
+	case ANON_WRITE:
+		/* main's swap entries become its last: the swap-in is its own */
+		helper_command(OP_DROP);
+		for (int i = 0; i < r->npages; i++)
+			fill_page((uint64_t *)(va + i * PAGE_SIZE_4K),
+				  ctl->new.index[i], ctl->new.tag);
+		break;
 	case REUSE:
 	case DEMOTE:
+	case ANON_REUSE:
 		break;
 	}
 }
@@ -394,8 +482,9 @@ static void one_trial(struct run *r)
 	long t = ++r->attempts;
 	/* truncate cuts the file from its end: each trial takes the last region */
 	long region = mode == TRUNCATE ? r->slots - t : t - 1;
-	uintptr_t va = (uintptr_t)fresh_va(&r->va, r->npages * PAGE_SIZE_4K,
-					   PAGE_SIZE_4K, t);
+	uintptr_t va = anon_mode() ? r->anon_va[region] :
+		(uintptr_t)fresh_va(&r->va, r->npages * PAGE_SIZE_4K,
+				    PAGE_SIZE_4K, t);
 	struct timespec settle = { 0, 20 * 1000 * 1000 };
 	long long luf0, luf1, preempted;
 	bool lazy, disturbed;
@@ -409,7 +498,8 @@ static void one_trial(struct run *r)
 		for (int i = 0; i < r->npages; i++)
 			ctl->new.index[i] = NEW_MAGIC << 32 | (uint64_t)t << 8 | i;
 	}
-	map_region(r, va, &r->a, region);
+	if (!anon_mode())
+		map_region(r, va, &r->a, region);
 	/* on this CPU: onto the LRU batch the take-away drains */
 	trial_fault_in(va, r->npages, t);
 	trial_start(va, r->npages, t, modes[mode].after);
@@ -493,7 +583,7 @@ int main(int argc, char **argv)
 {
 	static const char *const names[] = {
 		"cow", "write", "truncate", "remap", "reuse", "demote",
-		NULL };
+		"anon-write", "anon-reuse", NULL };
 	static const char *const own[] = { "dir", "disable-rules", NULL };
 	struct attack_args args = {
 		.usage = usage, .modes = names, .own = own, .own_arg = own_arg };
@@ -535,8 +625,11 @@ int main(int argc, char **argv)
 	max_missed = mode == DEMOTE ? 3 * r.trials + 10 : r.trials / 10 + 10;
 	/* room for as many disturbed trials as trials (TCG: 0 to 14 %) */
 	r.slots = 2 * r.trials + max_missed + 1;
-	check_dir(dir, (mode == REMAP ? 2 : 1) * r.slots * r.npages *
-		  PAGE_SIZE_4K);
+	if (anon_mode())
+		require_swap(r.slots * r.npages * PAGE_SIZE_4K);
+	else
+		check_dir(dir, (mode == REMAP ? 2 : 1) * r.slots * r.npages *
+			  PAGE_SIZE_4K);
 
 	pin_main(main_cpu);
 	if (mode == DEMOTE)
@@ -561,12 +654,16 @@ int main(int argc, char **argv)
 			 RECLAIM_ARG);
 		memcg_join_until_exit();
 	}
-	cleanup_push_fn(remove_files);
-	make_file(&r.a, made[0], dir, 'a', r.slots * r.npages);
-	if (mode == REMAP)
-		make_file(&r.b, made[1], dir, 'b', r.slots * r.npages);
-	snprintf(ctl->path, sizeof(ctl->path), "%s", r.a.path);
 	fresh_va_reserve(&r.va, r.slots, r.npages * PAGE_SIZE_4K, PAGE_SIZE_4K);
+	if (anon_mode()) {
+		make_anon(&r);
+	} else {
+		cleanup_push_fn(remove_files);
+		make_file(&r.a, made[0], dir, 'a', r.slots * r.npages);
+		if (mode == REMAP)
+			make_file(&r.b, made[1], dir, 'b', r.slots * r.npages);
+	}
+	snprintf(ctl->path, sizeof(ctl->path), "%s", r.a.path);
 
 	attack_start(r.npages, false, helper_op);
 	attack_begin(&p);
@@ -585,12 +682,14 @@ int main(int argc, char **argv)
 			program_invocation_short_name, r.demoted,
 			r.attempts * r.npages, lower_node);
 	if (!violations && r.missed > max_missed)
-		die(1, "in %ld of %ld trials the take-away was not lazy (nr_tlb_luf_folios +%ld for %ld pages taken; LUF fell back: writable %lld, file %lld, race %lld, other %lld): the test proves nothing; is %s on a disk filesystem and not open for writing?",
+		die(1, "in %ld of %ld trials the take-away was not lazy (nr_tlb_luf_folios +%ld for %ld pages taken; LUF fell back: writable %lld, file %lld, race %lld, other %lld): the test proves nothing; %s",
 		    r.missed, r.attempts, r.luf_folios, r.taken,
 		    phase_delta(&p, "nr_tlb_luf_fallback_writable"),
 		    phase_delta(&p, "nr_tlb_luf_fallback_file"),
 		    phase_delta(&p, "nr_tlb_luf_fallback_race"),
-		    phase_delta(&p, "nr_tlb_luf_fallback_other"), r.a.path);
+		    phase_delta(&p, "nr_tlb_luf_fallback_other"),
+		    anon_mode() ? "does this kernel's LUF take anonymous folios (patch 0013)?" :
+		    "is the file on a disk filesystem and not open for writing?");
 	if (!violations && r.disturbed > r.trials)
 		die(1, "in %ld of %ld trials the reader's CPU switched to another task between the take-away and the mode's operation (which flushes its TLB under LUF): the test proves nothing; is something else running?",
 		    r.disturbed, r.attempts);

@@ -9,7 +9,9 @@ writing, a truncation, a new mapping at the address, or reuse of the page);
 the reader must see the change.  demote is reuse with the page taken by
 reclaim's demotion to a lower memory tier (its guest has a CPU-less node 1):
 an asynchronous migration, whose lazy source page migrate_folio_done()
-holds.  On the patched kernel every mode must pass, with lazy take-aways; on
+holds.  anon-write and anon-reuse do the same to anonymous pages, swapped
+out (their guest has zram swap): a write after the page became the
+writer's own (do_swap_page() maps it writable), and reuse.  On the patched kernel every mode must pass, with lazy take-aways; on
 the debug kernel (CONFIG_DEBUG_LUF) with the mode's rule switched off
 (/sys/kernel/debug/luf/disable_rules) it must fail, so that the test is seen
 to have teeth: cow, write, reuse and demote do (in their first trials);
@@ -28,17 +30,20 @@ from stale_reads import (command, exits, records, run_clean, run_to_violation,
 
 pytestmark = pytest.mark.vm
 
-MODES = ("cow", "write", "truncate", "remap", "reuse", "demote")
+MODES = ("cow", "write", "truncate", "remap", "reuse", "demote",
+         "anon-write", "anon-reuse")
 TRIALS = 200       # per mode, lazy and undisturbed
 # modes that need a CPU-less node 1 in a lower memory tier to demote to;
 # the others keep the guest they were measured in
 NODE1_MODES = ("demote",)
+# modes whose pages are anonymous and go to swap
+SWAP_MODES = ("anon-write", "anon-reuse")
 
 # disable_rules bits (debug kernels): 0 R1, 1 R3, 2 R4, 3 R5 (userfaultfd
 # only), 4 R6
 R1, R3, R4, R5, R6 = (1 << bit for bit in range(5))
 RULES = {"cow": R3, "write": R4, "truncate": R4 | R6, "remap": R5,
-         "reuse": R1, "demote": R1}
+         "reuse": R1, "demote": R1, "anon-write": R3, "anon-reuse": R1}
 
 # the LUF counter of the flush each mode's rule makes (remap's is 6.12's
 # flush_tlb_batched_pending(), which has none)
@@ -46,7 +51,9 @@ RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm",),
                 "write": ("nr_tlb_flush_luf_file",),
                 "truncate": ("nr_tlb_flush_luf_file", "nr_tlb_flush_luf_inval"),
                 "reuse": ("nr_tlb_flush_luf_special",),
-                "demote": ("nr_tlb_flush_luf_special",)}
+                "demote": ("nr_tlb_flush_luf_special",),
+                "anon-write": ("nr_tlb_flush_luf_mm",),
+                "anon-reuse": ("nr_tlb_flush_luf_special",)}
 
 # What the reader sees when the mode's rule is missing: the page's bytes from
 # before the take-away; in reuse and demote the page it had lost, reused:
@@ -55,7 +62,8 @@ RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm",),
 # demote's one page per trial).
 KIND = {"cow": ("old",), "write": ("old",), "truncate": ("old",),
         "remap": ("old",), "reuse": ("canary", "foreign"),
-        "demote": ("canary", "foreign")}
+        "demote": ("canary", "foreign"), "anon-write": ("old",),
+        "anon-reuse": ("canary", "foreign")}
 
 # Modes that their rule's bit cannot make fail; strict, so that one that
 # starts failing is looked at.  Measured on the debug kernel, 200 trials
@@ -81,14 +89,17 @@ def shape(modes):
     # filesystem the program can write its files on; tmpfs has no clean page
     # cache to drop.  node1: a CPU-less node that HMAT puts in a lower
     # memory tier (lab/vm.py), for the modes that demote.
+    # zram: swap for the anonymous modes' pages.
     node1 = "512M" if set(modes) & set(NODE1_MODES) else None
-    return vm.VMShape(cpus=2, mem="1G", node1=node1,
+    zram = "256M" if set(modes) & set(SWAP_MODES) else None
+    return vm.VMShape(cpus=2, mem="1G", node1=node1, zram=zram,
                       append="unflush.scratch=128M", timeout=900)
 
 
 # the modes that share a guest (one boot each), named by their modes
 GROUPS = [pytest.param(g, id="-".join(g)) for g in (
-    tuple(m for m in MODES if m not in NODE1_MODES), NODE1_MODES)]
+    tuple(m for m in MODES if m not in NODE1_MODES + SWAP_MODES),
+    NODE1_MODES, SWAP_MODES)]
 
 
 @pytest.mark.parametrize("modes", GROUPS)
@@ -115,7 +126,8 @@ def test_every_mode_passes_with_lazy_trials(modes):
             assert flushes >= TRIALS // 2, (mode, counters)
         if mode == "truncate":  # after "done" the reader got SIGBUS
             assert rec["sigbus_reads"] >= TRIALS * rec["pages_per_trial"], rec
-        if mode in ("reuse", "demote"):  # the canary got the released pages
+        if mode in ("reuse", "demote", "anon-reuse"):
+            # the canary got the released pages
             assert checks["reused_pages"] >= 0.9 * pages, checks
         if mode == "demote":
             # every counted trial's page was found on node 1, a copy made
@@ -160,7 +172,9 @@ def test_mode_fails_without_its_rule(mode):
 # stale translation being observed on its own, without the test's reader.
 CHECKER_WARNS = {"cow": "rule R3 missing", "write": "rule R4 or R6 missing",
                  "reuse": "freed before the flush of generation",
-                 "demote": "freed before the flush of generation"}
+                 "demote": "freed before the flush of generation",
+                 "anon-write": "rule R3 missing",
+                 "anon-reuse": "freed before the flush of generation"}
 
 
 @pytest.mark.parametrize("mode", sorted(CHECKER_WARNS))

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * luf-hazards: attack the hazard rules of LUF, the lazy unmap flush
- * (Documentation/mm/luf.rst, patch 0013: "Hazards and rules").
+ * (Documentation/mm/luf.rst, patch 0014: "Hazards and rules").
  *
  * Under LUF, when reclaim unmaps a clean folio of a file nobody has open for
  * writing and every PTE to it was read-only, the kernel does not flush: other

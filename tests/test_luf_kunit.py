@@ -1,4 +1,4 @@
-"""KUnit test of LUF's generations (patch 0014, mm/luf_kunit.c).
+"""KUnit test of LUF's generations (patch 0015, mm/luf_kunit.c).
 
 The debug kernel is built with CONFIG_KUNIT and CONFIG_LUF_KUNIT_TEST
 (config/series-debug.config), so the suite runs once at boot and prints its

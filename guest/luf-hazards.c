@@ -38,7 +38,11 @@
  *             helper drops its copy and main writes: do_swap_page() now
  *             maps the page writable, its own and no one else's;
  *   anon-reuse  R1, as reuse, for those anonymous pages: the swapped-out
- *             page is released and the canary fills it.
+ *             page is released and the canary fills it;
+ *   anon-move R5: anonymous pages of main's own (not shared), made
+ *             read-only at swap-in by soft-dirty tracking; after the lazy
+ *             swap-out main moves the swap entries away with UFFDIO_MOVE,
+ *             and the address, none now, must read zeroes.
  *
  * After main says "done", the reader must see the new data (SIGBUS in
  * truncate, never the canary in reuse and demote); the old bytes are a
@@ -51,6 +55,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -63,7 +69,8 @@
 #include "unflush.h"
 
 static const char usage[] =
-"usage: luf-hazards cow|write|truncate|remap|reuse|demote|anon-write|anon-reuse\n"
+"usage: luf-hazards cow|write|truncate|remap|reuse|demote|anon-write|anon-reuse|\n"
+"                   anon-move\n"
 "                   [--trials N]\n"
 "                   [--pages N] [--dir DIR] [--linger N] [--disable-rules MASK]\n"
 "                   [--keep-going] [--quick]\n"
@@ -102,6 +109,11 @@ static const char usage[] =
 "               take-away (a swap-out) the helper unmaps its copy and main\n"
 "               writes new data (the swap-in maps the page writable)\n"
 "  anon-reuse   R1, as reuse, for those anonymous pages\n"
+"  anon-move    R5: main's own anonymous pages (MADV_DONTFORK), written,\n"
+"               swapped out, soft-dirty cleared (/proc/self/clear_refs), so\n"
+"               that the swap-in maps them read-only; after the take-away\n"
+"               main moves their swap entries to another address\n"
+"               (UFFDIO_MOVE): the reader must then read zeroes\n"
 "               (the anon modes need swap: the lab's --zram SIZE)\n"
 "\n"
 "  --trials N   lazy trials to run (default 1000, --quick 200)\n"
@@ -149,10 +161,24 @@ static const char usage[] =
  * (node 1's scan is sized before), so no call may go on after it.
  */
 #define RECLAIM_ARG	"4K swappiness=0"
+#define CLEAR_REFS	"/proc/self/clear_refs"
+
+/* UFFDIO_MOVE (Linux 6.8), for userspace headers that predate it */
+#ifndef UFFDIO_MOVE
+#define UFFD_FEATURE_MOVE	(1 << 16)
+struct uffdio_move {
+	__u64 dst;
+	__u64 src;
+	__u64 len;
+	__u64 mode;
+	__s64 move;
+};
+#define UFFDIO_MOVE	_IOWR(UFFDIO, 0x05, struct uffdio_move)
+#endif
 #define NEW_MAGIC	0x4E3E3000ULL	/* high 32 bits of word 0 of new data */
 
 enum mode { COW, WRITE, TRUNCATE, REMAP, REUSE, DEMOTE, ANON_WRITE,
-	    ANON_REUSE };
+	    ANON_REUSE, ANON_MOVE };
 static const struct {
 	const char *rule;
 	enum after_done after;
@@ -165,6 +191,7 @@ static const struct {
 	[DEMOTE]   = { "R1",    AFTER_SAME },
 	[ANON_WRITE] = { "R3",  AFTER_NEW },
 	[ANON_REUSE] = { "R1",  AFTER_SAME },
+	[ANON_MOVE]  = { "R5",  AFTER_NEW },
 };
 enum op { OP_TAKE = 1, OP_WRITE, OP_TRUNCATE, OP_REUSE, OP_DROP };
 
@@ -180,7 +207,7 @@ static bool canary_mode(void)
 /* the modes whose pages are anonymous, not a file's */
 static bool anon_mode(void)
 {
-	return mode == ANON_WRITE || mode == ANON_REUSE;
+	return mode == ANON_WRITE || mode == ANON_REUSE || mode == ANON_MOVE;
 }
 
 /* A file of the lab's data-disk format: page p is p, then the file's tag. */
@@ -197,6 +224,8 @@ struct run {
 	struct testfile a, b;		/* b: remap's other file */
 	struct fresh_va va;
 	uintptr_t *anon_va;		/* anon modes: each slot's pages */
+	uintptr_t move_dst;		/* anon-move: where UFFDIO_MOVE puts them */
+	int uffd;
 	/* tallies */
 	long done, attempts, missed, disturbed, taken, reused, luf_folios;
 	long demoted;
@@ -333,7 +362,10 @@ static void make_file(struct testfile *f, char *made_path, const char *dir,
  * copy of their swap entries.  Shared, a page is not exclusive: main's read
  * fault maps it read-only and clean (a candidate for LUF), and the helper's
  * copy keeps main's swap-in from mapping it writable until the helper drops
- * it (anon-write's OP_DROP).
+ * it (anon-write's OP_DROP).  anon-move's pages are main's own instead
+ * (UFFDIO_MOVE takes only exclusive ones): MADV_DONTFORK keeps them from
+ * the helper, and once they are in swap, clearing the soft-dirty bits makes
+ * the swap-in map them read-only all the same (pte_needs_soft_dirty_wp()).
  */
 static void make_anon(struct run *r)
 {
@@ -355,6 +387,8 @@ static void make_anon(struct run *r)
 			die(1, "mmap of anonymous memory: %s", strerror(errno));
 		/* each trial's read fault swaps in its own pages, no others */
 		madvise((void *)va, len, MADV_RANDOM);
+		if (mode == ANON_MOVE && madvise((void *)va, len, MADV_DONTFORK))
+			die(1, "madvise(MADV_DONTFORK): %s", strerror(errno));
 		for (int i = 0; i < r->npages; i++)
 			fill_page((uint64_t *)(va + i * PAGE_SIZE_4K),
 				  k * r->npages + i, r->a.tag);
@@ -373,6 +407,52 @@ static void make_anon(struct run *r)
 	if (swapped < total)
 		die(1, "only %ld of %ld anonymous pages went to swap with MADV_PAGEOUT: the anon modes need them all swapped out; is swap full?",
 		    swapped, total);
+	if (mode == ANON_MOVE && !write_text(CLEAR_REFS, "4"))
+		die(1, "cannot write 4 to " CLEAR_REFS " (%s): anon-move needs CONFIG_MEM_SOFT_DIRTY",
+		    strerror(errno));
+}
+
+/*
+ * anon-move: a userfaultfd and a registered region to move each trial's
+ * swap entries into (UFFDIO_MOVE moves only into a registered VMA, with
+ * the source's protection).
+ */
+static void move_setup(struct run *r)
+{
+	size_t len = r->slots * r->npages * PAGE_SIZE_4K;
+	struct uffdio_api api = { .api = UFFD_API,
+				  .features = UFFD_FEATURE_MOVE };
+	struct uffdio_register reg = { .mode = UFFDIO_REGISTER_MODE_MISSING };
+	void *dst;
+
+	r->uffd = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	if (r->uffd < 0)
+		die(1, "userfaultfd: %s (anon-move needs CONFIG_USERFAULTFD)",
+		    strerror(errno));
+	if (ioctl(r->uffd, UFFDIO_API, &api))
+		die(1, "UFFDIO_API with UFFD_FEATURE_MOVE: %s (anon-move needs Linux 6.8 or later)",
+		    strerror(errno));
+	dst = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (dst == MAP_FAILED)
+		die(1, "mmap of the UFFDIO_MOVE target: %s", strerror(errno));
+	reg.range.start = (uintptr_t)dst;
+	reg.range.len = len;
+	if (ioctl(r->uffd, UFFDIO_REGISTER, &reg))
+		die(1, "UFFDIO_REGISTER: %s", strerror(errno));
+	r->move_dst = (uintptr_t)dst;
+}
+
+/* anon-move: the trial's swap entries go from @va to their target */
+static void move_away(struct run *r, uintptr_t va, long region)
+{
+	size_t len = r->npages * PAGE_SIZE_4K;
+	struct uffdio_move mv = { .dst = r->move_dst + region * len,
+				  .src = va, .len = len };
+
+	if (ioctl(r->uffd, UFFDIO_MOVE, &mv) || mv.move != (__s64)len)
+		die(1, "UFFDIO_MOVE of trial pages: %s (moved %lld of %zu bytes)",
+		    strerror(errno), (long long)mv.move, len);
 }
 
 /*
@@ -470,6 +550,9 @@ static void hazard(struct run *r, uintptr_t va, long region)
 			fill_page((uint64_t *)(va + i * PAGE_SIZE_4K),
 				  ctl->new.index[i], ctl->new.tag);
 		break;
+	case ANON_MOVE:
+		move_away(r, va, region);
+		break;
 	case REUSE:
 	case DEMOTE:
 	case ANON_REUSE:
@@ -493,6 +576,9 @@ static void one_trial(struct run *r)
 	file_image(&ctl->old, &r->a, region, r->npages);
 	if (mode == REMAP) {
 		file_image(&ctl->new, &r->b, region, r->npages);
+	} else if (mode == ANON_MOVE) {
+		/* the address is none now: a read fault maps the zero page */
+		memset(&ctl->new, 0, sizeof(ctl->new));
 	} else {
 		random_tag(ctl->new.tag, NEW_MAGIC ^ (uint64_t)t << 20);
 		for (int i = 0; i < r->npages; i++)
@@ -583,7 +669,7 @@ int main(int argc, char **argv)
 {
 	static const char *const names[] = {
 		"cow", "write", "truncate", "remap", "reuse", "demote",
-		"anon-write", "anon-reuse", NULL };
+		"anon-write", "anon-reuse", "anon-move", NULL };
 	static const char *const own[] = { "dir", "disable-rules", NULL };
 	struct attack_args args = {
 		.usage = usage, .modes = names, .own = own, .own_arg = own_arg };
@@ -657,6 +743,8 @@ int main(int argc, char **argv)
 	fresh_va_reserve(&r.va, r.slots, r.npages * PAGE_SIZE_4K, PAGE_SIZE_4K);
 	if (anon_mode()) {
 		make_anon(&r);
+		if (mode == ANON_MOVE)
+			move_setup(&r);
 	} else {
 		cleanup_push_fn(remove_files);
 		make_file(&r.a, made[0], dir, 'a', r.slots * r.npages);

@@ -11,7 +11,8 @@ reclaim's demotion to a lower memory tier (its guest has a CPU-less node 1):
 an asynchronous migration, whose lazy source page migrate_folio_done()
 holds.  anon-write and anon-reuse do the same to anonymous pages, swapped
 out (their guest has zram swap): a write after the page became the
-writer's own (do_swap_page() maps it writable), and reuse.  On the patched kernel every mode must pass, with lazy take-aways; on
+writer's own (do_swap_page() maps it writable), reuse, and the swap entry
+moved away with UFFDIO_MOVE (the address must then read zeroes).  On the patched kernel every mode must pass, with lazy take-aways; on
 the debug kernel (CONFIG_DEBUG_LUF) with the mode's rule switched off
 (/sys/kernel/debug/luf/disable_rules) it must fail, so that the test is seen
 to have teeth: cow, write, reuse and demote do (in their first trials);
@@ -31,19 +32,20 @@ from stale_reads import (command, exits, records, run_clean, run_to_violation,
 pytestmark = pytest.mark.vm
 
 MODES = ("cow", "write", "truncate", "remap", "reuse", "demote",
-         "anon-write", "anon-reuse")
+         "anon-write", "anon-reuse", "anon-move")
 TRIALS = 200       # per mode, lazy and undisturbed
 # modes that need a CPU-less node 1 in a lower memory tier to demote to;
 # the others keep the guest they were measured in
 NODE1_MODES = ("demote",)
 # modes whose pages are anonymous and go to swap
-SWAP_MODES = ("anon-write", "anon-reuse")
+SWAP_MODES = ("anon-write", "anon-reuse", "anon-move")
 
 # disable_rules bits (debug kernels): 0 R1, 1 R3, 2 R4, 3 R5 (userfaultfd
 # only), 4 R6
 R1, R3, R4, R5, R6 = (1 << bit for bit in range(5))
 RULES = {"cow": R3, "write": R4, "truncate": R4 | R6, "remap": R5,
-         "reuse": R1, "demote": R1, "anon-write": R3, "anon-reuse": R1}
+         "reuse": R1, "demote": R1, "anon-write": R3, "anon-reuse": R1,
+         "anon-move": R5}
 
 # the LUF counter of the flush each mode's rule makes (remap's is 6.12's
 # flush_tlb_batched_pending(), which has none)
@@ -63,7 +65,7 @@ RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm",),
 KIND = {"cow": ("old",), "write": ("old",), "truncate": ("old",),
         "remap": ("old",), "reuse": ("canary", "foreign"),
         "demote": ("canary", "foreign"), "anon-write": ("old",),
-        "anon-reuse": ("canary", "foreign")}
+        "anon-reuse": ("canary", "foreign"), "anon-move": ("old",)}
 
 # Modes that their rule's bit cannot make fail; strict, so that one that
 # starts failing is looked at.  Measured on the debug kernel, 200 trials

@@ -400,8 +400,8 @@ static void make_anon(struct run *r)
 		for (long k = 0; k < r->slots; k++) {
 			madvise((void *)r->anon_va[k], len, MADV_PAGEOUT);
 			for (int i = 0; i < r->npages; i++)
-				swapped += pagemap_self(r->anon_va[k] +
-					   i * PAGE_SIZE_4K) >> 62 & 1;
+				swapped += swapped_entry(pagemap_self(
+					r->anon_va[k] + i * PAGE_SIZE_4K));
 		}
 	}
 	if (swapped < total)
@@ -529,6 +529,13 @@ static void hazard(struct run *r, uintptr_t va, long region)
 {
 	ctl->length = region * r->npages * PAGE_SIZE_4K;
 	switch (mode) {
+	case ANON_WRITE:
+		/*
+		 * main's swap entries become its last: the swap-in is its
+		 * own; then main writes, as in cow
+		 */
+		helper_command(OP_DROP);
+		/* fall through */
 	case COW:
 		for (int i = 0; i < r->npages; i++)
 			fill_page((uint64_t *)(va + i * PAGE_SIZE_4K),
@@ -542,13 +549,6 @@ static void hazard(struct run *r, uintptr_t va, long region)
 		break;
 	case REMAP:
 		map_region(r, va, &r->b, region);
-		break;
-	case ANON_WRITE:
-		/* main's swap entries become its last: the swap-in is its own */
-		helper_command(OP_DROP);
-		for (int i = 0; i < r->npages; i++)
-			fill_page((uint64_t *)(va + i * PAGE_SIZE_4K),
-				  ctl->new.index[i], ctl->new.tag);
 		break;
 	case ANON_MOVE:
 		move_away(r, va, region);

@@ -222,8 +222,8 @@ static uintptr_t map_trial(struct run *r)
 		if (madvise(va, len, MADV_PAGEOUT))
 			die(1, "madvise(MADV_PAGEOUT): %s", strerror(errno));
 		for (int i = 0; i < r->npages; i++)
-			if (!(pagemap_self((uintptr_t)va + i * PAGE_SIZE_4K) >>
-			      62 & 1))
+			if (!swapped_entry(pagemap_self((uintptr_t)va +
+							i * PAGE_SIZE_4K)))
 				die(1, "MADV_PAGEOUT did not swap an anonymous page out: is swap on and large enough?");
 	} else {
 		struct datafile *s = &r->files[r->file];

@@ -85,6 +85,11 @@ uint64_t present_pfn(uint64_t e)
 	return (e >> 63) & 1 ? e & ((1ULL << 55) - 1) : 0;
 }
 
+bool swapped_entry(uint64_t e)
+{
+	return (e >> 62) & 1;
+}
+
 uint64_t pagemap_self(uintptr_t addr)
 {
 	return pagemap_entry(self_map, addr);

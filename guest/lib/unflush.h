@@ -426,6 +426,8 @@ void random_tag(uint64_t *tag, uint64_t seed);
 /* pagemap entry of @addr in @fd (bit 63 present, 62 swapped, PFN: root). */
 uint64_t pagemap_entry(int fd, uintptr_t addr);
 uint64_t present_pfn(uint64_t e);
+/* is the page of pagemap entry @e in swap? */
+bool swapped_entry(uint64_t e);
 /* pagemap_entry() of main's own address @addr */
 uint64_t pagemap_self(uintptr_t addr);
 

@@ -9,10 +9,11 @@ writing, a truncation, a new mapping at the address, or reuse of the page);
 the reader must see the change.  demote is reuse with the page taken by
 reclaim's demotion to a lower memory tier (its guest has a CPU-less node 1):
 an asynchronous migration, whose lazy source page migrate_folio_done()
-holds.  anon-write and anon-reuse do the same to anonymous pages, swapped
-out (their guest has zram swap): a write after the page became the
-writer's own (do_swap_page() maps it writable), reuse, and the swap entry
-moved away with UFFDIO_MOVE (the address must then read zeroes).  On the patched kernel every mode must pass, with lazy take-aways; on
+holds.  anon-write, anon-reuse and anon-move do the same to anonymous
+pages, swapped out (their guest has zram swap): a write after the page
+became the writer's own (do_swap_page() maps it writable), reuse, and the
+swap entry moved away with UFFDIO_MOVE (the address must then read zeroes).
+On the patched kernel every mode must pass, with lazy take-aways; on
 the debug kernel (CONFIG_DEBUG_LUF) with the mode's rule switched off
 (/sys/kernel/debug/luf/disable_rules) it must fail, so that the test is seen
 to have teeth: cow, write, reuse and demote do (in their first trials);

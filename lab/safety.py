@@ -101,7 +101,8 @@ class StressPhase:
     """One stress-ng run: its stressors and the conditions around it."""
     name: str
     args: str                # stressors and their options
-    memcg: str | None = None  # memory.max of the cgroup it runs in
+    memcg: str | None = None  # the limit of the cgroup it runs in
+    memcg_knob: str = "max"   # which limit: memory.max, or memory.high
     what: str = ""
     on_disk: bool = False    # stress-ng runs from /scratch (see DISK_SETUP)
 
@@ -141,11 +142,20 @@ def stress_phases(soak):
     # clean pages away while they are mapped, and forks, dlopen()s and COW writes
     # to private file pages fault them back: an ordinary workload on the
     # paths LUF's rules guard.
+    #
+    # memory.high, not memory.max: reclaim and throttling, no OOM killer.
+    # Under an 80 MiB memory.max, mmapfork's children (oom_score_adj -1000,
+    # their size taken from the machine's free memory) invoked the memcg OOM
+    # killer ~10 times a phase, on vanilla as on patched; when it picked a
+    # fork instance, stress-ng 0.15 found that instance's checksum never
+    # written and reported "corrupted bogo-ops counter, N vs 0", a
+    # verification failure that was an OOM kill (1 phase in 6 on patched,
+    # 1 in 8 on vanilla).
     phases.append(StressPhase(
         "disk",
         f"--vm 2 --vm-bytes 96M --vm-method all --fork 2 --mmapfork 1 --dynlib 1 "
         f"--timeout {seconds}",
-        memcg="80M", on_disk=True,
+        memcg="80M", memcg_knob="high", on_disk=True,
         what="stress-ng's own text and data on ext2 (zram) reclaimed from a "
              "80 MiB memory cgroup while mapped: lazy unmaps under LUF"))
     return phases
@@ -266,13 +276,13 @@ echo +memory >/sys/fs/cgroup/cgroup.subtree_control
 mkdir -p /dev/shm && mount -t tmpfs shm /dev/shm
 export PATH=/safety/bin:$PATH
 mkdir -p /tmp/stress && cd /tmp/stress
-run_phase() {   # name memory.max|- program arguments...
+run_phase() {   # name max=SIZE|high=SIZE|- program arguments...
 	name=$1 limit=$2 prog=$3
 	shift 3
 	join=true
 	if [ "$limit" != - ]; then
 		mkdir -p /sys/fs/cgroup/$name
-		echo "$limit" >/sys/fs/cgroup/$name/memory.max
+		echo "${limit#*=}" >/sys/fs/cgroup/$name/memory.${limit%%=*}
 		join="echo \$\$ >/sys/fs/cgroup/$name/cgroup.procs"
 	fi
 	sed "s/^/SAFETY-VMSTAT $name before /" /proc/vmstat
@@ -330,7 +340,7 @@ def stress_script(phases, disable_rules=None):
         lines.append(f"echo {int(disable_rules)} >{LUF_DISABLE_RULES} || "
                      f"echo 'SAFETY-ERROR cannot write {LUF_DISABLE_RULES}: "
                      f"not a CONFIG_DEBUG_LUF kernel'")
-    lines += [f"run_phase {p.name} {p.memcg or '-'} "
+    lines += [f"run_phase {p.name} {f'{p.memcg_knob}={p.memcg}' if p.memcg else '-'} "
               f"{DISK_STRESS_NG if p.on_disk else 'stress-ng'} {p.args}"
               for p in phases]
     return "\n".join(lines) + "\n"

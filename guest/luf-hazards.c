@@ -42,7 +42,11 @@
  *   anon-move R5: anonymous pages of main's own (not shared), made
  *             read-only at swap-in by soft-dirty tracking; after the lazy
  *             swap-out main moves the swap entries away with UFFDIO_MOVE,
- *             and the address, none now, must read zeroes.
+ *             and the address, none now, must read zeroes;
+ *   anon-demote  R1, as demote, for anon-reuse's pages: they are charged to
+ *             a memory cgroup of their own, which main leaves before the
+ *             trials, and the helper's memory.reclaim of it, anonymous
+ *             only, demotes them.
  *
  * After main says "done", the reader must see the new data (SIGBUS in
  * truncate, never the canary in reuse and demote); the old bytes are a
@@ -70,7 +74,7 @@
 
 static const char usage[] =
 "usage: luf-hazards cow|write|truncate|remap|reuse|demote|anon-write|anon-reuse|\n"
-"                   anon-move\n"
+"                   anon-move|anon-demote\n"
 "                   [--trials N]\n"
 "                   [--pages N] [--dir DIR] [--linger N] [--disable-rules MASK]\n"
 "                   [--keep-going] [--quick]\n"
@@ -114,10 +118,16 @@ static const char usage[] =
 "               that the swap-in maps them read-only; after the take-away\n"
 "               main moves their swap entries to another address\n"
 "               (UFFDIO_MOVE): the reader must then read zeroes\n"
+"  anon-demote  R1, as demote, for anon-reuse's pages: made in a memory\n"
+"               cgroup of their own, which main leaves before the trials\n"
+"               (the pages stay charged to it, their swap-in too), so that\n"
+"               the helper's memory.reclaim, of anonymous pages only,\n"
+"               demotes nothing else of main's\n"
 "               (the anon modes need swap: the lab's --zram SIZE)\n"
 "\n"
 "  --trials N   lazy trials to run (default 1000, --quick 200)\n"
-"  --pages N    pages per trial (default 4, demote 1; at most 64)\n"
+"  --pages N    pages per trial (default 4, demote and anon-demote 1;\n"
+"               at most 64)\n"
 "  --dir DIR    where to make the files: a disk filesystem (not tmpfs: LUF\n"
 "               acts on clean page cache) the program can write (default\n"
 "               /scratch: the lab's guest makes an ext2 on zram there when\n"
@@ -141,8 +151,9 @@ static const char usage[] =
 "end one UNFLUSH-RESULT line, experiment luf-hazards/<mode>, with trials,\n"
 "violations, rule, disable_rules, sigbus_reads and the first violations;\n"
 "checks: attempts, missed_trials, lazy_trials, disturbed_trials,\n"
-"luf_folios, taken_pages, reused_pages, expected_pages (demote: also\n"
-"demoted_pages, pages found on the lower node after the take-away).\n"
+"luf_folios, taken_pages, reused_pages, expected_pages (the demote modes: also\n"
+"demoted_pages: demote, pages found on the lower node after the take-away;\n"
+"anon-demote, pages migrated by it, pgmigrate_success).\n"
 "Exit 0: no violation; 1: violations (result printed), or a precondition\n"
 "failed (no result); 2: usage.\n";
 
@@ -161,6 +172,12 @@ static const char usage[] =
  * (node 1's scan is sized before), so no call may go on after it.
  */
 #define RECLAIM_ARG	"4K swappiness=0"
+/*
+ * anon-demote's: anonymous pages only.  Its cgroup holds nothing else that
+ * reclaim could take (main leaves it once the trial pages are made), so no
+ * other page's flush reaches the reader.
+ */
+#define RECLAIM_ARG_ANON	"4K swappiness=200"
 #define CLEAR_REFS	"/proc/self/clear_refs"
 
 /* UFFDIO_MOVE (Linux 6.8), for userspace headers that predate it */
@@ -178,7 +195,7 @@ struct uffdio_move {
 #define NEW_MAGIC	0x4E3E3000ULL	/* high 32 bits of word 0 of new data */
 
 enum mode { COW, WRITE, TRUNCATE, REMAP, REUSE, DEMOTE, ANON_WRITE,
-	    ANON_REUSE, ANON_MOVE };
+	    ANON_REUSE, ANON_MOVE, ANON_DEMOTE };
 static const struct {
 	const char *rule;
 	enum after_done after;
@@ -192,6 +209,7 @@ static const struct {
 	[ANON_WRITE] = { "R3",  AFTER_NEW },
 	[ANON_REUSE] = { "R1",  AFTER_SAME },
 	[ANON_MOVE]  = { "R5",  AFTER_NEW },
+	[ANON_DEMOTE] = { "R1", AFTER_SAME },
 };
 enum op { OP_TAKE = 1, OP_WRITE, OP_TRUNCATE, OP_REUSE, OP_DROP };
 
@@ -201,13 +219,21 @@ static int lower_node = -1;	/* demote: the CPU-less node pages go to */
 /* the modes whose helper fills the released pages with a canary */
 static bool canary_mode(void)
 {
-	return mode == REUSE || mode == DEMOTE || mode == ANON_REUSE;
+	return mode == REUSE || mode == DEMOTE || mode == ANON_REUSE ||
+	       mode == ANON_DEMOTE;
+}
+
+/* the modes whose take-away is reclaim's demotion */
+static bool demote_mode(void)
+{
+	return mode == DEMOTE || mode == ANON_DEMOTE;
 }
 
 /* the modes whose pages are anonymous, not a file's */
 static bool anon_mode(void)
 {
-	return mode == ANON_WRITE || mode == ANON_REUSE || mode == ANON_MOVE;
+	return mode == ANON_WRITE || mode == ANON_REUSE || mode == ANON_MOVE ||
+	       mode == ANON_DEMOTE;
 }
 
 /* A file of the lab's data-disk format: page p is p, then the file's tag. */
@@ -377,6 +403,9 @@ static void make_anon(struct run *r)
 	r->anon_va = calloc(r->slots, sizeof(*r->anon_va));
 	if (!r->anon_va)
 		die(1, "out of memory");
+	/* anon-demote: from here to the end, only the trial pages are new */
+	if (mode == ANON_DEMOTE)
+		memcg_join();
 	for (long k = 0; k < r->slots; k++) {
 		uintptr_t va = (uintptr_t)fresh_va(&r->va, len, PAGE_SIZE_4K,
 						   k + 1);
@@ -407,6 +436,13 @@ static void make_anon(struct run *r)
 	if (swapped < total)
 		die(1, "only %ld of %ld anonymous pages went to swap with MADV_PAGEOUT: the anon modes need them all swapped out; is swap full?",
 		    swapped, total);
+	/*
+	 * anon-demote: main's own pages are charged where it goes now; the
+	 * trial pages stay in the cgroup, and so does their swap-in
+	 * (mem_cgroup_swapin_charge_folio() charges the swap entry's cgroup)
+	 */
+	if (mode == ANON_DEMOTE)
+		memcg_leave();
 	if (mode == ANON_MOVE && !write_text(CLEAR_REFS, "4"))
 		die(1, "cannot write 4 to " CLEAR_REFS " (%s): anon-move needs CONFIG_MEM_SOFT_DIRTY",
 		    strerror(errno));
@@ -556,6 +592,7 @@ static void hazard(struct run *r, uintptr_t va, long region)
 	case REUSE:
 	case DEMOTE:
 	case ANON_REUSE:
+	case ANON_DEMOTE:
 		break;
 	}
 }
@@ -569,7 +606,7 @@ static void one_trial(struct run *r)
 		(uintptr_t)fresh_va(&r->va, r->npages * PAGE_SIZE_4K,
 				    PAGE_SIZE_4K, t);
 	struct timespec settle = { 0, 20 * 1000 * 1000 };
-	long long luf0, luf1, preempted;
+	long long luf0, luf1, mig0, preempted;
 	bool lazy, disturbed;
 	int demoted;
 
@@ -606,6 +643,7 @@ static void one_trial(struct run *r)
 	preempted = reader_preemptions();
 	/* no stat_refresh here: it would run work on the reader's CPU */
 	luf0 = vmstat_value("nr_tlb_luf_folios");
+	mig0 = vmstat_value("pgmigrate_success");
 	helper_command(canary_mode() ? OP_REUSE : OP_TAKE);
 	luf1 = vmstat_value("nr_tlb_luf_folios");
 	lazy = ctl->taken == r->npages && luf1 - luf0 >= r->npages;
@@ -615,6 +653,17 @@ static void one_trial(struct run *r)
 		demoted = pages_on_lower_node(va, r->npages);
 		lazy = lazy && demoted == r->npages;
 		r->demoted += demoted;
+	} else if (mode == ANON_DEMOTE) {
+		/*
+		 * The same reclaim call often goes on to node 1 and swaps the
+		 * copy out (clean, in the swap cache: no write), so the copy
+		 * may not be there to find.  The trial's pages are the only ones of
+		 * the cgroup in memory, and only demotion migrates in it:
+		 * pgmigrate_success (an exact event count) says they went.
+		 */
+		demoted = vmstat_value("pgmigrate_success") - mig0;
+		lazy = lazy && demoted >= r->npages;
+		r->demoted += demoted < r->npages ? demoted : r->npages;
 	}
 	r->luf_folios += luf1 - luf0;
 	r->taken += ctl->taken;
@@ -640,6 +689,13 @@ static void one_trial(struct run *r)
 	else
 		r->done++;
 	trial_stop();
+	/*
+	 * anon-demote: the helper's copy (a swap entry) would keep the page in
+	 * the swap cache and in the cgroup, where reclaim, oldest first, would
+	 * demote past trials' pages before the next trial's
+	 */
+	if (mode == ANON_DEMOTE)
+		helper_command(OP_DROP);
 }
 
 static const char *dir = "/scratch";
@@ -669,7 +725,7 @@ int main(int argc, char **argv)
 {
 	static const char *const names[] = {
 		"cow", "write", "truncate", "remap", "reuse", "demote",
-		"anon-write", "anon-reuse", "anon-move", NULL };
+		"anon-write", "anon-reuse", "anon-move", "anon-demote", NULL };
 	static const char *const own[] = { "dir", "disable-rules", NULL };
 	struct attack_args args = {
 		.usage = usage, .modes = names, .own = own, .own_arg = own_arg };
@@ -677,7 +733,7 @@ int main(int argc, char **argv)
 	struct run r = { 0 };
 	int main_cpu, reader_cpu;
 	struct phase p = { 0 };
-	long max_missed, violations;
+	long max_missed, max_disturbed, violations;
 	char name[64];
 
 	parse_attack_args(argc, argv, &args);
@@ -688,7 +744,7 @@ int main(int argc, char **argv)
 	 * PTE; with more pages, those demoted by one reclaim call have their
 	 * copies reclaimed by the next, which the others need (RECLAIM_ARG)
 	 */
-	r.npages = args.npages ? args.npages : mode == DEMOTE ? 1 : 4;
+	r.npages = args.npages ? args.npages : demote_mode() ? 1 : 4;
 	r.linger = args.linger;
 	r.keep_going = args.keep_going;
 	if (!r.trials)
@@ -708,9 +764,17 @@ int main(int argc, char **argv)
 	 * the debug kernel in a loaded CI.  A missed trial costs time only;
 	 * every counted one was checked on its own.
 	 */
-	max_missed = mode == DEMOTE ? 3 * r.trials + 10 : r.trials / 10 + 10;
-	/* room for as many disturbed trials as trials (TCG: 0 to 14 %) */
-	r.slots = 2 * r.trials + max_missed + 1;
+	max_missed = demote_mode() ? 3 * r.trials + 10 : r.trials / 10 + 10;
+	/*
+	 * Room for as many disturbed trials as trials (TCG: 0 to 14 %), and
+	 * four times as many in anon-demote: its take-away (a demotion, and
+	 * often the swap-out of the copy by the same reclaim call) takes long
+	 * enough on the debug kernel for the work that releases held folios,
+	 * or other work its reclaim queues, to run on the reader's CPU: 51 of
+	 * 88, 58 of 123 and 80 of 140 attempts there, 1 of 201 on patched.
+	 */
+	max_disturbed = mode == ANON_DEMOTE ? 4 * r.trials : r.trials;
+	r.slots = r.trials + max_disturbed + max_missed + 1;
 	if (anon_mode())
 		require_swap(r.slots * r.npages * PAGE_SIZE_4K);
 	else
@@ -718,7 +782,7 @@ int main(int argc, char **argv)
 			  PAGE_SIZE_4K);
 
 	pin_main(main_cpu);
-	if (mode == DEMOTE)
+	if (demote_mode())
 		demotion_setup();
 	if (mask[0])
 		set_rules(mask);
@@ -728,17 +792,19 @@ int main(int argc, char **argv)
 		setting_write(UNMAP_FLUSH, "1");
 	attack_init(name, main_cpu, reader_cpu);
 	ctl->luf_release = canary_mode();
-	if (mode == DEMOTE) {
+	if (demote_mode()) {
 		/*
 		 * Before the fork and the reader: the trial's pages are
-		 * charged to this cgroup (main faults them in), and the helper
-		 * reclaims from it.  No limit: reclaim only when asked.
+		 * charged to this cgroup (main faults them in, or, in
+		 * anon-demote, makes them there), and the helper reclaims
+		 * from it.  No limit: reclaim only when asked.
 		 */
 		snprintf(ctl->reclaim, sizeof(ctl->reclaim), "%s/memory.reclaim",
 			 memcg_create("luf-hazards", 0));
 		snprintf(ctl->reclaim_arg, sizeof(ctl->reclaim_arg), "%s",
-			 RECLAIM_ARG);
-		memcg_join_until_exit();
+			 mode == DEMOTE ? RECLAIM_ARG : RECLAIM_ARG_ANON);
+		if (mode == DEMOTE)
+			memcg_join_until_exit();
 	}
 	fresh_va_reserve(&r.va, r.slots, r.npages * PAGE_SIZE_4K, PAGE_SIZE_4K);
 	if (anon_mode()) {
@@ -759,14 +825,14 @@ int main(int argc, char **argv)
 		one_trial(&r);
 		if (atomic_load(&ctl->violations) && !r.keep_going)
 			break;
-		if (r.missed > max_missed || r.disturbed > r.trials)
+		if (r.missed > max_missed || r.disturbed > max_disturbed)
 			break;
 	}
 	attack_end(&p);
 
 	violations = atomic_load(&ctl->violations);
-	if (!violations && r.missed > max_missed && mode == DEMOTE)
-		fprintf(stderr, "%s: %ld of the %ld pages were found on node %d after the take-away (the rest were not demoted)\n",
+	if (!violations && r.missed > max_missed && demote_mode())
+		fprintf(stderr, "%s: %ld of the %ld pages were demoted to node %d by the take-away (the rest were not)\n",
 			program_invocation_short_name, r.demoted,
 			r.attempts * r.npages, lower_node);
 	if (!violations && r.missed > max_missed)
@@ -778,7 +844,7 @@ int main(int argc, char **argv)
 		    phase_delta(&p, "nr_tlb_luf_fallback_other"),
 		    anon_mode() ? "does this kernel's LUF take anonymous folios (patch 0013)?" :
 		    "is the file on a disk filesystem and not open for writing?");
-	if (!violations && r.disturbed > r.trials)
+	if (!violations && r.disturbed > max_disturbed)
 		die(1, "in %ld of %ld trials the reader's CPU switched to another task between the take-away and the mode's operation (which flushes its TLB under LUF): the test proves nothing; is something else running?",
 		    r.disturbed, r.attempts);
 	if (!violations && canary_mode() && r.reused * 2 < r.done * r.npages)
@@ -797,7 +863,7 @@ int main(int argc, char **argv)
 	field_int(&checks, "taken_pages", r.taken);
 	field_int(&checks, "reused_pages", r.reused);
 	field_int(&checks, "expected_pages", r.attempts * r.npages);
-	if (mode == DEMOTE)	/* found on the lower node, in every attempt */
+	if (demote_mode())	/* found on the lower node, in every attempt */
 		field_int(&checks, "demoted_pages", r.demoted);
 	attack_switch_checks(&checks);
 	report_result(name, "threads", 0, &p, &extra, &checks);

@@ -12,14 +12,15 @@ an asynchronous migration, whose lazy source page migrate_folio_done()
 holds.  anon-write, anon-reuse and anon-move do the same to anonymous
 pages, swapped out (their guest has zram swap): a write after the page
 became the writer's own (do_swap_page() maps it writable), reuse, and the
-swap entry moved away with UFFDIO_MOVE (the address must then read zeroes).
+swap entry moved away with UFFDIO_MOVE (the address must then read zeroes);
+anon-demote is demote for anonymous pages (node 1 and zram both).
 On the patched kernel every mode must pass, with lazy take-aways; on
 the debug kernel (CONFIG_DEBUG_LUF) with the mode's rule switched off
 (/sys/kernel/debug/luf/disable_rules) it must fail, so that the test is seen
-to have teeth: cow, write, reuse and demote do (in their first trials);
-truncate and remap are flushed by something their bit does not switch off
-(STILL_FLUSHED).  The debug checker must also warn on its own when cow's,
-write's, reuse's and demote's rules are off, and stay silent, with every
+to have teeth: every mode does (in its first trials) except truncate and
+remap, which are flushed by something their bit does not switch off
+(STILL_FLUSHED).  The debug checker must also warn on its own when the
+rules of the modes in CHECKER_WARNS are off, and stay silent, with every
 mode passing, when all rules are on.
 """
 
@@ -33,20 +34,20 @@ from stale_reads import (command, exits, records, run_clean, run_to_violation,
 pytestmark = pytest.mark.vm
 
 MODES = ("cow", "write", "truncate", "remap", "reuse", "demote",
-         "anon-write", "anon-reuse", "anon-move")
+         "anon-write", "anon-reuse", "anon-move", "anon-demote")
 TRIALS = 200       # per mode, lazy and undisturbed
 # modes that need a CPU-less node 1 in a lower memory tier to demote to;
 # the others keep the guest they were measured in
-NODE1_MODES = ("demote",)
+NODE1_MODES = ("demote", "anon-demote")
 # modes whose pages are anonymous and go to swap
-SWAP_MODES = ("anon-write", "anon-reuse", "anon-move")
+SWAP_MODES = ("anon-write", "anon-reuse", "anon-move", "anon-demote")
 
 # disable_rules bits (debug kernels): 0 R1, 1 R3, 2 R4, 3 R5 (userfaultfd
 # only), 4 R6
 R1, R3, R4, R5, R6 = (1 << bit for bit in range(5))
 RULES = {"cow": R3, "write": R4, "truncate": R4 | R6, "remap": R5,
          "reuse": R1, "demote": R1, "anon-write": R3, "anon-reuse": R1,
-         "anon-move": R5}
+         "anon-move": R5, "anon-demote": R1}
 
 # the LUF counter of the flush each mode's rule makes (remap's is 6.12's
 # flush_tlb_batched_pending(), which has none)
@@ -56,7 +57,8 @@ RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm",),
                 "reuse": ("nr_tlb_flush_luf_special",),
                 "demote": ("nr_tlb_flush_luf_special",),
                 "anon-write": ("nr_tlb_flush_luf_mm",),
-                "anon-reuse": ("nr_tlb_flush_luf_special",)}
+                "anon-reuse": ("nr_tlb_flush_luf_special",),
+                "anon-demote": ("nr_tlb_flush_luf_special",)}
 
 # What the reader sees when the mode's rule is missing: the page's bytes from
 # before the take-away; in reuse and demote the page it had lost, reused:
@@ -66,7 +68,8 @@ RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm",),
 KIND = {"cow": ("old",), "write": ("old",), "truncate": ("old",),
         "remap": ("old",), "reuse": ("canary", "foreign"),
         "demote": ("canary", "foreign"), "anon-write": ("old",),
-        "anon-reuse": ("canary", "foreign"), "anon-move": ("old",)}
+        "anon-reuse": ("canary", "foreign"), "anon-move": ("old",),
+        "anon-demote": ("canary", "foreign")}
 
 # Modes that their rule's bit cannot make fail; strict, so that one that
 # starts failing is looked at.  Measured on the debug kernel, 200 trials
@@ -102,7 +105,7 @@ def shape(modes):
 # the modes that share a guest (one boot each), named by their modes
 GROUPS = [pytest.param(g, id="-".join(g)) for g in (
     tuple(m for m in MODES if m not in NODE1_MODES + SWAP_MODES),
-    NODE1_MODES, SWAP_MODES)]
+    ("demote",), ("anon-write", "anon-reuse", "anon-move"), ("anon-demote",))]
 
 
 @pytest.mark.parametrize("modes", GROUPS)
@@ -129,7 +132,7 @@ def test_every_mode_passes_with_lazy_trials(modes):
             assert flushes >= TRIALS // 2, (mode, counters)
         if mode == "truncate":  # after "done" the reader got SIGBUS
             assert rec["sigbus_reads"] >= TRIALS * rec["pages_per_trial"], rec
-        if mode in ("reuse", "demote", "anon-reuse"):
+        if mode in ("reuse", "demote", "anon-reuse", "anon-demote"):
             # the canary got the released pages
             assert checks["reused_pages"] >= 0.9 * pages, checks
         if mode == "demote":
@@ -139,6 +142,11 @@ def test_every_mode_passes_with_lazy_trials(modes):
             assert checks["demoted_pages"] >= pages, checks
             assert counters["pgdemote_direct"] >= pages, counters
             assert counters["pgmigrate_success"] >= pages, counters
+        if mode == "anon-demote":
+            # every counted trial migrated its page (pgmigrate_success,
+            # the cgroup's only page in memory), and demotion did
+            assert checks["demoted_pages"] >= pages, checks
+            assert counters["pgdemote_direct"] >= pages, counters
 
 
 def teeth_param(mode):
@@ -177,7 +185,8 @@ CHECKER_WARNS = {"cow": "rule R3 missing", "write": "rule R4 or R6 missing",
                  "reuse": "freed before the flush of generation",
                  "demote": "freed before the flush of generation",
                  "anon-write": "rule R3 missing",
-                 "anon-reuse": "freed before the flush of generation"}
+                 "anon-reuse": "freed before the flush of generation",
+                 "anon-demote": "freed before the flush of generation"}
 
 
 @pytest.mark.parametrize("mode", sorted(CHECKER_WARNS))

@@ -147,3 +147,13 @@ void memcg_join(void)
 	if (!write_text(path, "0"))
 		die(1, "cannot join cgroup %s: %s", cgroup_dir, strerror(errno));
 }
+
+void memcg_leave(void)
+{
+	char path[300];
+
+	snprintf(path, sizeof(path), "%s/cgroup.procs", mount_dir);
+	if (!write_text(path, "0"))
+		die(1, "cannot leave cgroup %s for the root: %s", cgroup_dir,
+		    strerror(errno));
+}

@@ -278,6 +278,11 @@ const char *memcg_create(const char *name, size_t limit);
 void memcg_join(void);
 /* memcg_join(), and at exit every process in the cgroup back to the root. */
 void memcg_join_until_exit(void);
+/*
+ * The calling process back to the root cgroup.  What it charged to the
+ * cgroup stays charged there: pages, and the swap entries they went to.
+ */
+void memcg_leave(void);
 
 /* --- meminfo.c --- */
 

@@ -867,7 +867,7 @@ int main(int argc, char **argv)
 	field_int(&checks, "taken_pages", r.taken);
 	field_int(&checks, "reused_pages", r.reused);
 	field_int(&checks, "expected_pages", r.attempts * r.npages);
-	if (demote_mode())	/* found on the lower node, in every attempt */
+	if (demote_mode())	/* demoted by the take-away, every attempt */
 		field_int(&checks, "demoted_pages", r.demoted);
 	attack_switch_checks(&checks);
 	report_result(name, "threads", 0, &p, &extra, &checks);

@@ -105,7 +105,8 @@ def shape(modes):
 # the modes that share a guest (one boot each), named by their modes
 GROUPS = [pytest.param(g, id="-".join(g)) for g in (
     tuple(m for m in MODES if m not in NODE1_MODES + SWAP_MODES),
-    ("demote",), ("anon-write", "anon-reuse", "anon-move"), ("anon-demote",))]
+    ("demote",), tuple(m for m in SWAP_MODES if m not in NODE1_MODES),
+    ("anon-demote",))]
 
 
 @pytest.mark.parametrize("modes", GROUPS)
@@ -135,18 +136,14 @@ def test_every_mode_passes_with_lazy_trials(modes):
         if mode in ("reuse", "demote", "anon-reuse", "anon-demote"):
             # the canary got the released pages
             assert checks["reused_pages"] >= 0.9 * pages, checks
-        if mode == "demote":
-            # every counted trial's page was found on node 1, a copy made
-            # by demotion (a migration: reclaim alone frees, and the PTE
-            # would be gone), and that copy was still mapped
+        if mode in ("demote", "anon-demote"):
+            # every counted trial's page was demoted, a migration (reclaim
+            # alone frees, and the PTE would be gone): in demote found on
+            # node 1, still mapped; in anon-demote counted by
+            # pgmigrate_success, as its copy may be swapped out at once
             assert checks["demoted_pages"] >= pages, checks
             assert counters["pgdemote_direct"] >= pages, counters
             assert counters["pgmigrate_success"] >= pages, counters
-        if mode == "anon-demote":
-            # every counted trial migrated its page (pgmigrate_success,
-            # the cgroup's only page in memory), and demotion did
-            assert checks["demoted_pages"] >= pages, checks
-            assert counters["pgdemote_direct"] >= pages, counters
 
 
 def teeth_param(mode):

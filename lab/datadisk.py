@@ -9,6 +9,7 @@ compressible by accident) and the same every time.
 """
 
 import hashlib
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -54,7 +55,9 @@ def ensure(quick):
         for i in range(FILES):
             _fill(Path(tmp) / f"model{i}", mib)
         size_mib = FILES * mib + 64
-        tmp_image = image.with_suffix(".tmp")
+        # a name of its own: two lab commands may make the image at once,
+        # and the rename is atomic (a guest already using it keeps its copy)
+        tmp_image = image.with_name(f"{image.name}.{os.getpid()}.tmp")
         proc = subprocess.run(["mke2fs", "-q", "-F", "-t", "ext2", "-d", tmp,
                                str(tmp_image), f"{size_mib}M"],
                               capture_output=True, text=True)

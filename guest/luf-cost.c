@@ -67,6 +67,10 @@ static const char usage[] =
 "                 (this process's minor + major faults, getrusage),\n"
 "                 faults_per_s, faults_per_cpu_s, pages_per_s.  --size\n"
 "                 default 256M, --quick 64M.\n"
+"  (both)         phase cpu, after the others: 200 million rounds of\n"
+"                 register arithmetic (--quick 20 million), no system\n"
+"                 call, no fault, no memory: a control LUF cannot touch.\n"
+"                 Field cpu_ops_per_cpu_s.\n"
 "  alloc-latency  --ops times: mmap() --size (default 64K) of anonymous\n"
 "                 memory, write every page, munmap(), each timed with\n"
 "                 clock_gettime(CLOCK_MONOTONIC).  Fields alloc_ops_per_s,\n"
@@ -115,7 +119,7 @@ struct cost {
 	char experiment[64];
 	struct roload *load;
 	size_t limit, size;
-	long ops, load_rate;
+	long ops, cpu_ops, load_rate;
 	int rep;
 };
 
@@ -157,10 +161,12 @@ static void measure_begin(struct cost *c, struct measure *m)
 	phase_begin(&m->p);
 	own_faults(&m->faults0, &m->major0);
 	m->cpu0 = cpu_now();
+	window_open();	/* each phase is one window of insnprof */
 }
 
 static void measure_end(struct cost *c, struct measure *m)
 {
+	window_close();
 	m->cpu1 = cpu_now();
 	own_faults(&m->faults1, &m->major1);
 	phase_end(&m->p);
@@ -406,6 +412,32 @@ static void measure_cow(struct cost *c, const char *path)
 				   NULL), true, "cow", &checks);
 }
 
+/* --- cpu: the control --- */
+
+/*
+ * Arithmetic in registers: no system call, no fault, no memory, so LUF
+ * cannot change what it costs.  Its rate beside the load, on and off, shows
+ * how far the measurement itself moves them: CPU time under TCG's
+ * round-robin -icount also runs while the other vCPU executes.
+ */
+static void measure_cpu(struct cost *c, const char *phase)
+{
+	struct fields extra = { 0 }, checks = { 0 };
+	uint64_t x = c->rep;
+	struct measure m;
+
+	measure_begin(c, &m);
+	for (long i = 0; i < c->cpu_ops; i++) {
+		x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+		/* keeps the compiler from folding the loop away */
+		__asm__ volatile("" : "+r" (x));
+	}
+	measure_end(c, &m);
+	field_int(&extra, "cpu_ops", c->cpu_ops);
+	field_real(&extra, "cpu_ops_per_cpu_s", per_cpu_s(&m, c->cpu_ops));
+	report(c, phase, &m, &extra, &checks);
+}
+
 /* --- alloc-latency --- */
 
 static long long ns_now(void)
@@ -570,6 +602,7 @@ int main(int argc, char **argv)
 		usage_error("--ops does not apply to fault: --size sets how much is faulted");
 	c.ops = arg_count(&args[4], 1,
 			  (c.o.quick ? quick_ops : full_ops)[c.mode]);
+	c.cpu_ops = c.o.quick ? 20000000 : 200000000;
 	c.size = arg_size(&args[5], (c.o.quick ? quick_size : full_size)[c.mode]);
 	if (c.size % PAGE_SIZE_4K)
 		usage_error("--size must be a multiple of 4K");
@@ -610,11 +643,13 @@ int main(int argc, char **argv)
 		case WRITE:
 			measure_write(&c, 0, tmpfs, "tmpfs");
 			measure_write(&c, 1, disk, "disk");
+			measure_cpu(&c, "cpu");
 			break;
 		case FAULT:
 			measure_anon(&c);
 			measure_file_read(&c, fault_path);
 			measure_cow(&c, fault_path);
+			measure_cpu(&c, "cpu");
 			break;
 		default:
 			measure_alloc(&c, lat);

@@ -7,6 +7,8 @@
   run [options] -- CMD  boot a kernel and run CMD in it
   bench [options]       run the benchmark suite and write a report
   safety [options]      the safety suite: mm selftests, stress-ng --verify, splats
+  insn-profile DIR      instructions per vCPU and kernel function of the windows
+                        a `run --insn-profile DIR` recorded
   check-series [--builds]  checkpatch --strict each patch; build each with the
                         series' options on and off
 """
@@ -14,6 +16,7 @@
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from lab import build, datadisk, deps, tree, vm
 from lab.errors import LabError
@@ -50,8 +53,16 @@ def cmd_run(args):
         raise LabError("run: give the guest command after --, e.g. "
                        "`python3 -m lab run -- cat /proc/meminfo`", exit_code=2)
     shape = shape_from(args)
+    if args.insn_profile:
+        shape.insn_profile = Path(args.insn_profile).resolve()
+        shape.icount = True
     shape.validate()            # bad options first, then a missing kernel
+    if shape.insn_profile and list(shape.insn_profile.glob("window.*")):
+        raise LabError(f"--insn-profile {args.insn_profile} already holds window "
+                       "files: give an empty or new directory", exit_code=2)
     kernel = build.built(args.kernel)
+    if shape.insn_profile:
+        shape.insn_profile.mkdir(parents=True, exist_ok=True)
     command = " ".join(args.command)
     if args.counters:
         command = f"counters -- sh -c {json.dumps(command)}"
@@ -95,12 +106,22 @@ def parser():
     r.add_argument("--counters", action="store_true",
                    help="wrap the command with the counters program (JSON deltas)")
     r.add_argument("--logdir", help="where to keep console and output logs")
+    r.add_argument("--insn-profile", metavar="DIR",
+                   help="count each vCPU's instructions per kernel function in the "
+                        "windows guest programs mark (implies --icount; "
+                        "`python3 -m lab insn-profile DIR` prints them)")
     r.add_argument("--dry-run", action="store_true", help="print the QEMU command only")
     r.add_argument("command", nargs=argparse.REMAINDER)
     from lab import bench_args
     bench_args.add(sub.add_parser("bench", help="run the benchmark suite"))
     from lab import safety
     safety.add_arguments(sub.add_parser("safety", help="run the safety suite"))
+    ip = sub.add_parser("insn-profile", help="print the windows of run --insn-profile")
+    ip.add_argument("dir", help="the directory given to run --insn-profile")
+    ip.add_argument("--kernel", default="vanilla",
+                    help="the variant that ran (its System.map names the functions)")
+    ip.add_argument("--vcpu", type=int, default=0, help="whose functions (default 0)")
+    ip.add_argument("--top", type=int, default=15, help="functions a window (default 15)")
     c = sub.add_parser("check-series", help="checkpatch and build every patch")
     c.add_argument("--builds", action="store_true",
                    help="also build the tree at every patch, series options on and off")
@@ -130,6 +151,9 @@ def main(argv=None):
             return cmd_run(args)
         if args.cmd == "bench":
             return cmd_bench(args)
+        if args.cmd == "insn-profile":
+            from lab import insnprof
+            return insnprof.main(args)
         if args.cmd == "check-series":
             from lab import series_check
             return series_check.run(args.builds, args.jobs)

@@ -49,6 +49,7 @@ class VMShape:
     icount: bool = False          # -icount shift=0: guest time = instructions
     data_disk: Path | None = None  # ext2 image, mounted read-only at /data
     timeout: float = 600.0
+    insn_profile: Path | None = None  # lab/insnprof.py: DIR/window.N (needs icount)
 
     def validate(self):
         if self.cpus < 1 or self.cpus > 64:
@@ -63,6 +64,11 @@ class VMShape:
                            exit_code=2)
         if self.timeout <= 0:
             raise LabError("--timeout must be positive", exit_code=2)
+        if self.icount and self.accel == "kvm":
+            raise LabError("--icount is a TCG mode: drop --accel kvm", exit_code=2)
+        if self.insn_profile and not self.icount:
+            raise LabError("--insn-profile counts instructions of one host thread: "
+                           "add --icount", exit_code=2)
 
     def describe(self):
         return {"cpus": self.cpus, "mem": self.mem, "node1": self.node1,
@@ -105,6 +111,9 @@ def qemu_command(image, initrd, shape, console_log, output_log, accel):
         cmd += ["-accel", "kvm", "-cpu", "host"]
     elif shape.icount:
         cmd += ["-accel", "tcg,thread=single", "-icount", "shift=0", "-cpu", "max"]
+        if shape.insn_profile:
+            from lab import insnprof
+            cmd += ["-plugin", f"{insnprof.plugin()},out={shape.insn_profile}/window"]
     else:
         cmd += ["-accel", "tcg,thread=multi", "-cpu", "max"]
     mem0 = to_mib(shape.mem)
@@ -145,6 +154,8 @@ def find_splats(console):
 def choose_accel(kernel, shape):
     if shape.accel != "auto":
         return shape.accel
+    if shape.icount:            # an emulator's instruction count: TCG only
+        return "tcg"
     return "kvm" if kvm_works(kernel) else "tcg"
 
 

@@ -155,6 +155,23 @@ void busy_stop(struct busy *b);
 struct busy *shape_start(const struct run_opts *o, int main_cpu,
 			 volatile char *region, size_t len);
 
+/* --- instruction-count windows (lab/plugin/insnprof.c) --- */
+
+/*
+ * Open and close a window for the lab's instruction-counting QEMU plugin
+ * (`lab run --insn-profile DIR`): NOPs with displacements nothing else
+ * uses.  A real CPU, or QEMU without the plugin, just executes a NOP.
+ */
+static inline void window_open(void)
+{
+	__asm__ volatile("nopl 0x554e4631(%%rax)" ::: "memory");
+}
+
+static inline void window_close(void)
+{
+	__asm__ volatile("nopl 0x554e4630(%%rax)" ::: "memory");
+}
+
 /* --- snapshot.c + tracepoint.c: the counters --- */
 
 struct counter {

@@ -1,0 +1,113 @@
+"""Instruction profiles of marked windows: `lab run --insn-profile DIR`.
+
+Under -icount a guest's time is an instruction count, but not its own: one
+host thread runs the vCPUs in turn, so a task's CPU time also grows while
+the other vCPUs execute.  To say what a piece of work itself costs, the
+lab's QEMU plugin (lab/plugin/insnprof.c) counts the instructions each vCPU
+runs, per translation block, between the window markers a guest program
+executes (guest/lib/unflush.h), and writes DIR/window.N for each window.
+`python3 -m lab insn-profile DIR --kernel K` prints them by kernel function.
+"""
+
+import bisect
+import collections
+import subprocess
+from pathlib import Path
+
+from lab import build, paths
+from lab.errors import LabError
+
+SOURCE = Path(__file__).parent / "plugin" / "insnprof.c"
+USER_TOP = 0x800000000000     # x86-64: below is user space
+
+
+def plugin():
+    """The plugin's shared object, compiled when its source is newer."""
+    out = paths.work_dir() / "plugin" / "insnprof.so"
+    if out.exists() and out.stat().st_mtime >= SOURCE.stat().st_mtime:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-fvisibility=hidden",
+                           "-o", str(out), str(SOURCE)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise LabError(f"cannot compile {SOURCE}: {proc.stderr.strip()[-300:]}")
+    return out
+
+
+def windows(folder):
+    """DIR/window.N files in window order."""
+    found = [p for p in Path(folder).glob("window.*") if p.suffix[1:].isdigit()]
+    if not found:
+        raise LabError(f"no window.N files in {folder}: did the guest program open "
+                       "and close a window (guest/lib/unflush.h), under "
+                       "`lab run --insn-profile`?", exit_code=2)
+    return sorted(found, key=lambda p: int(p.suffix[1:]))
+
+
+def read_window(path):
+    """[(block address, instructions, [count per vCPU])]"""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        fields = line.split()
+        rows.append((int(fields[0], 16), int(fields[1]), [int(f) for f in fields[2:]]))
+    return rows
+
+
+class Symbols:
+    """Kernel text symbols of a System.map, to name an address."""
+
+    def __init__(self, system_map):
+        syms = []
+        for line in Path(system_map).read_text().splitlines():
+            fields = line.split()
+            if len(fields) >= 3 and fields[1] in "tTwW":
+                syms.append((int(fields[0], 16), fields[2]))
+        syms.sort()
+        self.addrs = [a for a, _ in syms]
+        self.names = [n for _, n in syms]
+
+    def name(self, addr):
+        if addr < USER_TOP:
+            return "(user space)"
+        i = bisect.bisect_right(self.addrs, addr) - 1
+        return self.names[i] if i >= 0 else "(unknown)"
+
+
+def by_function(rows, symbols, vcpu):
+    """Instructions of one vCPU in one window, per function."""
+    out = collections.Counter()
+    for addr, _, counts in rows:
+        if vcpu < len(counts) and counts[vcpu]:
+            out[symbols.name(addr)] += counts[vcpu]
+    return out
+
+
+def vcpu_totals(rows):
+    width = max((len(c) for _, _, c in rows), default=0)
+    return [sum(c[v] for _, _, c in rows if v < len(c)) for v in range(width)]
+
+
+def report(folder, system_map, vcpu=0, top=15):
+    symbols = Symbols(system_map)
+    lines = []
+    for path in windows(folder):
+        rows = read_window(path)
+        totals = [t for t in vcpu_totals(rows)]
+        while totals and not totals[-1]:
+            totals.pop()
+        lines.append(f"{path.name}: instructions per vCPU "
+                     + ", ".join(f"{t:,}" for t in totals))
+        funcs = by_function(rows, symbols, vcpu)
+        for name, count in funcs.most_common(top):
+            lines.append(f"  vCPU{vcpu} {count:>14,}  {name}")
+    return "\n".join(lines)
+
+
+def main(args):
+    kernel = build.built(args.kernel)
+    system_map = kernel.objdir / "System.map"
+    if not system_map.exists():
+        raise LabError(f"no System.map beside {kernel}: rebuild {args.kernel}")
+    print(report(args.dir, system_map, args.vcpu, args.top))
+    return 0

@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * insnprof: a QEMU TCG plugin that counts the guest instructions each
+ * translation block runs on each vCPU, between two marker instructions the
+ * guest executes: nopl 0x554e4631(%rax) opens a window, nopl
+ * 0x554e4630(%rax) closes it (guest/lib/unflush.h: window_open(),
+ * window_close()).  When a window closes it writes OUT.N (N counts from 0):
+ * a line per block that ran in it, "address instructions count-on-vCPU0
+ * count-on-vCPU1 ...".  lab/insnprof.py reads those against System.map.
+ *
+ * Why: under -icount a guest's times are instruction counts, but a task's
+ * CPU time also runs while the other vCPUs execute (one host thread runs
+ * them in turn), so it cannot say which instructions were whose.  These
+ * counts can.
+ *
+ * Counting is per block, at its entry: a block left early by an exception
+ * is counted whole, a small overcount.  Only for one host thread (-icount):
+ * nothing here is atomic.  Written against QEMU 7.2's plugin API (version
+ * 1), whose header Debian does not ship, hence the declarations below.
+ */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* --- the few declarations of QEMU's plugin API this uses --- */
+typedef uint64_t qemu_plugin_id_t;
+typedef struct qemu_info_t qemu_info_t;
+struct qemu_plugin_tb;
+struct qemu_plugin_insn;
+enum qemu_plugin_cb_flags { CB_NO_REGS };
+typedef void (*tb_trans_cb)(qemu_plugin_id_t, struct qemu_plugin_tb *);
+typedef void (*vcpu_udata_cb)(unsigned int, void *);
+void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t, tb_trans_cb);
+void qemu_plugin_register_vcpu_tb_exec_cb(struct qemu_plugin_tb *,
+					  vcpu_udata_cb,
+					  enum qemu_plugin_cb_flags, void *);
+void qemu_plugin_register_vcpu_insn_exec_cb(struct qemu_plugin_insn *,
+					    vcpu_udata_cb,
+					    enum qemu_plugin_cb_flags, void *);
+size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *);
+uint64_t qemu_plugin_tb_vaddr(const struct qemu_plugin_tb *);
+struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *,
+						 size_t);
+const void *qemu_plugin_insn_data(const struct qemu_plugin_insn *);
+size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *);
+
+__attribute__((visibility("default"))) int qemu_plugin_version = 1;
+
+#define MAX_VCPUS 8
+#define MARK_START 0x554e4631u
+#define MARK_END   0x554e4630u
+
+struct block {
+	uint64_t pc;
+	uint64_t n;
+	uint64_t ran[MAX_VCPUS];	/* instructions, inside windows */
+	struct block *next;
+};
+
+static struct block *blocks;	/* every translated block, newest first */
+static bool counting;
+static int window;
+static char prefix[256] = "window";
+
+static void block_ran(unsigned int vcpu, void *data)
+{
+	struct block *b = data;
+
+	if (counting && vcpu < MAX_VCPUS)
+		b->ran[vcpu] += b->n;
+}
+
+/* One line per (pc, n) with instructions in the window, then zeroed. */
+static void dump(void)
+{
+	char path[300];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s.%d", prefix, window++);
+	f = fopen(path, "w");
+	for (struct block *b = blocks; b; b = b->next) {
+		bool any = false;
+
+		for (int v = 0; v < MAX_VCPUS; v++)
+			any |= b->ran[v] != 0;
+		if (!any)
+			continue;
+		if (f) {
+			fprintf(f, "%llx %llu", (unsigned long long)b->pc,
+				(unsigned long long)b->n);
+			for (int v = 0; v < MAX_VCPUS; v++)
+				fprintf(f, " %llu", (unsigned long long)b->ran[v]);
+			fputc('\n', f);
+		}
+		memset(b->ran, 0, sizeof(b->ran));
+	}
+	if (f)
+		fclose(f);
+}
+
+static void marker(unsigned int vcpu, void *data)
+{
+	bool start = (uintptr_t)data;
+
+	if (start && !counting) {
+		counting = true;
+	} else if (!start && counting) {
+		counting = false;
+		dump();
+	}
+}
+
+/* nopl disp32(%rax): 0f 1f 80 and the displacement, little-endian */
+static int marker_kind(const struct qemu_plugin_insn *insn)
+{
+	const unsigned char *p = qemu_plugin_insn_data(insn);
+	uint32_t disp;
+
+	if (qemu_plugin_insn_size(insn) != 7 || p[0] != 0x0f || p[1] != 0x1f ||
+	    p[2] != 0x80)
+		return -1;
+	memcpy(&disp, p + 3, 4);
+	return disp == MARK_START ? 1 : disp == MARK_END ? 0 : -1;
+}
+
+static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
+{
+	struct block *b = calloc(1, sizeof(*b));
+	size_t n = qemu_plugin_tb_n_insns(tb);
+
+	if (!b)
+		abort();
+	b->pc = qemu_plugin_tb_vaddr(tb);
+	b->n = n;
+	b->next = blocks;
+	blocks = b;
+	qemu_plugin_register_vcpu_tb_exec_cb(tb, block_ran, CB_NO_REGS, b);
+	for (size_t i = 0; i < n; i++) {
+		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+		int kind = marker_kind(insn);
+
+		if (kind >= 0)
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, marker,
+				CB_NO_REGS, (void *)(uintptr_t)kind);
+	}
+}
+
+__attribute__((visibility("default")))
+int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info,
+			int argc, char **argv)
+{
+	for (int i = 0; i < argc; i++)
+		if (!strncmp(argv[i], "out=", 4))
+			snprintf(prefix, sizeof(prefix), "%s", argv[i] + 4);
+	qemu_plugin_register_vcpu_tb_trans_cb(id, translated);
+	return 0;
+}

@@ -103,7 +103,8 @@ static const char usage[] =
 "2 (restored at exit).  Verifies that the load reclaimed during every\n"
 "measured phase (pgsteal > 0) and that at least 90% of the pages faulted.\n"
 "Experiment ids luf-cost/write, luf-cost/fault (field phase) and\n"
-"luf-cost/alloc-latency.  Fields also: cpu_s, cpu_share, load_procs,\n"
+"luf-cost/alloc-latency.  Fields also: ops (what the phase did: faults,\n"
+"writes, rounds, allocations), cpu_s, cpu_share, load_procs,\n"
 "load_threads, memcg_limit_bytes, load_rate, load_pages (read by the load\n"
 "during the phase), load_pages_per_s.  checks: pgsteal, pgdemote,\n"
 "load_pages, luf_switch (the switch's value, -1 if absent), and for faults\n"
@@ -126,6 +127,7 @@ struct cost {
 /* A measured phase: the counters, the load's progress, our own faults. */
 struct measure {
 	struct phase p;
+	long long ops;		/* operations the phase did: field ops */
 	long long load0, load1;
 	long long faults0, faults1, major0, major1;
 	double cpu0, cpu1;	/* this process's CPU time */
@@ -193,6 +195,7 @@ static void report(struct cost *c, const char *phase, struct measure *m,
 		    c->experiment, phase ? "/" : "", phase ? phase : "", load);
 	if (phase)
 		field_str(extra, "phase", phase);
+	field_int(extra, "ops", m->ops);
 	field_int(extra, "load_procs", c->load->nprocs);
 	field_int(extra, "load_threads", c->load->threads);
 	field_int(extra, "memcg_limit_bytes", c->limit);
@@ -302,6 +305,7 @@ static void measure_write(struct cost *c, int slot, const char *dir,
 			die(1, "pwrite to %s: %s", path, strerror(errno));
 	}
 	measure_end(c, &m);
+	m.ops = c->ops;
 	close(fd);
 	unlink(path);
 	field_int(&extra, "write_ops", c->ops);
@@ -324,6 +328,7 @@ static void fault_fields(struct cost *c, struct measure *m,
 	double s = phase_elapsed(&m->p);
 	size_t pages = c->size / PAGE_SIZE_4K;
 
+	m->ops = faults;
 	field_int(checks, "faults", faults);
 	field_int(checks, "min_faults", min_faults);
 	if (faults < min_faults)
@@ -433,6 +438,7 @@ static void measure_cpu(struct cost *c, const char *phase)
 		__asm__ volatile("" : "+r" (x));
 	}
 	measure_end(c, &m);
+	m.ops = c->cpu_ops;
 	field_int(&extra, "cpu_ops", c->cpu_ops);
 	field_real(&extra, "cpu_ops_per_cpu_s", per_cpu_s(&m, c->cpu_ops));
 	report(c, phase, &m, &extra, &checks);
@@ -475,6 +481,7 @@ static void measure_alloc(struct cost *c, long long *lat)
 		lat[i] = ns_now() - t0;
 	}
 	measure_end(c, &m);
+	m.ops = c->ops;
 	for (long i = 0; i < c->ops; i++)
 		sum += lat[i];
 	qsort(lat, c->ops, sizeof(*lat), by_value);

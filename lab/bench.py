@@ -16,13 +16,15 @@ the command exit non-zero.  The format is documented in docs/results.md.
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from lab import build, datadisk, paths, report, suite, tree, vm
+from lab import build, datadisk, insnprof, paths, report, suite, tree, vm
 from lab.errors import LabError
 from lab.progress import say
 
@@ -156,8 +158,18 @@ class VMRunner:
 
     def run(self, kernel_name, group, experiments):
         script = guest_script(experiments, kernel_name, self.quick)
-        result = vm.run(self.kernels[kernel_name], script, self.shape(group))
-        return result.output
+        shape = self.shape(group)
+        if self.icount and suite.GROUPS[group].insn_windows:
+            shape.insn_profile = Path(tempfile.mkdtemp(prefix="insns-",
+                                                       dir=paths.work_dir()))
+        result = vm.run(self.kernels[kernel_name], script, shape)
+        if not shape.insn_profile:
+            return result.output
+        output, why = insnprof.annotate(result.output, shape.insn_profile)
+        if why:
+            say(f"bench: {group} on {kernel_name}: {why}")
+        shutil.rmtree(shape.insn_profile, ignore_errors=True)
+        return output
 
     def meta(self, reps, started):
         return {

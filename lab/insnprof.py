@@ -11,6 +11,7 @@ executes (guest/lib/unflush.h), and writes DIR/window.N for each window.
 
 import bisect
 import collections
+import json
 import subprocess
 from pathlib import Path
 
@@ -111,3 +112,32 @@ def main(args):
         raise LabError(f"no System.map beside {kernel}: rebuild {args.kernel}")
     print(report(args.dir, system_map, args.vcpu, args.top))
     return 0
+
+
+def annotate(output, folder, vcpu=0):
+    """Add each window's instruction counts to the result it measured.
+
+    The Nth UNFLUSH-RESULT line of a boot whose program marks its phases is
+    the Nth window: it gains counters insns/vcpuV (everything vCPU V ran in
+    the window) and insns/vcpuV_per_op (that over the result's `ops`).
+    Returns the output unchanged, with a reason, if they do not pair up.
+    """
+    try:
+        files = windows(folder)
+    except LabError as e:
+        return output, str(e)
+    lines = output.splitlines()
+    results = [i for i, ln in enumerate(lines) if ln.startswith("UNFLUSH-RESULT ")]
+    if len(results) != len(files):
+        return output, (f"{len(files)} instruction windows for {len(results)} results: "
+                        "not paired, no insns/ counters")
+    for i, path in zip(results, files):
+        record = json.loads(lines[i][len("UNFLUSH-RESULT "):])
+        totals = vcpu_totals(read_window(path))
+        own = totals[vcpu] if vcpu < len(totals) else 0
+        counters = record.setdefault("counters", {})
+        counters[f"insns/vcpu{vcpu}"] = own
+        if record.get("ops"):
+            counters[f"insns/vcpu{vcpu}_per_op"] = round(own / record["ops"])
+        lines[i] = "UNFLUSH-RESULT " + json.dumps(record, separators=(",", ":"))
+    return "\n".join(lines) + "\n", None

@@ -18,7 +18,7 @@ COUNT_ORDER = ["tlb_shootdown_irqs", "irq/CAL", "nr_tlb_remote_flush",
                "nr_tlb_local_flush_one"]
 # Workload evidence worth a row when it moved: did the pages really go where
 # the experiment says (swap, another node, reclaimed)?
-EVIDENCE_PREFIXES = ("nr_tlb_", "tlb_flush/", "pswp", "pgmigrate_success",
+EVIDENCE_PREFIXES = ("nr_tlb_", "tlb_flush/", "insns/", "pswp", "pgmigrate_success",
                      "pgdemote_", "pgpromote_success", "pgsteal_", "thp_swpout",
                      "thp_migration", "numa_pte_updates", "numa_hint_faults",
                      "numa_pages_migrated", "nr_memmap_pages")

@@ -2,7 +2,7 @@
 
 import json
 
-from lab import bench, report, suite
+from lab import bench, insnprof, report, suite
 
 
 def rec(exp, elapsed, irqs, **counters):
@@ -107,11 +107,39 @@ def test_luf_cost_runs_with_the_data_disk_and_scratch():
     exps = suite.select(["luf-cost"])
     assert [e.id for e in exps] == ["luf-cost/write", "luf-cost/fault",
                                     "luf-cost/alloc-latency"]
-    assert all(e.group == "numa" and e.switch == "luf" and e.seed == "001" for e in exps)
-    group = suite.GROUPS["numa"]
-    assert group.needs_data_disk
+    assert all(e.group == "luf-cost" and e.switch == "luf" and e.seed == "001"
+               for e in exps)
+    group = suite.GROUPS["luf-cost"]
+    assert group.needs_data_disk and group.insn_windows
+    # the measured work on CPU 0, the load's two threads on CPUs 1-2
+    assert group.shape.cpus == group.quick_shape.cpus == 3
+    assert all("--threads 2" in e.command for e in exps)
     assert "unflush.scratch=" in group.shape.append
     assert "unflush.scratch=" in group.quick_shape.append
     script = bench.guest_script(exps[:1], "patched", quick=True)
     assert "UNFLUSH-BEGIN luf-cost/write patched/luf=0" in script
-    assert "luf-cost write --files /data/model0" in script
+    assert "luf-cost write --threads 2 --files /data/model0" in script
+
+
+def test_instruction_windows_pair_with_results(tmp_path):
+    """Window N belongs to the Nth result of the boot; a count that does not
+    pair up is reported, not guessed."""
+    (tmp_path / "window.0").write_text("401000 5 1000 7\nffffffff81000000 10 200 0\n")
+    (tmp_path / "window.1").write_text("401000 5 50 0\n")
+    out = ("UNFLUSH-BEGIN luf-cost/fault patched\n"
+           'UNFLUSH-RESULT {"experiment":"luf-cost/fault","ops":100,"counters":{"a":1}}\n'
+           "noise\n"
+           'UNFLUSH-RESULT {"experiment":"luf-cost/fault","ops":0}\n'
+           "UNFLUSH-END luf-cost/fault patched 0\n")
+    text, why = insnprof.annotate(out, tmp_path)
+    assert why is None
+    recs = [json.loads(ln[15:]) for ln in text.splitlines() if ln.startswith("UNFLUSH-RESULT")]
+    assert recs[0]["counters"] == {"a": 1, "insns/vcpu0": 1200, "insns/vcpu0_per_op": 12}
+    assert recs[1]["counters"] == {"insns/vcpu0": 50}     # no ops, no ratio
+    assert "noise" in text and text.startswith("UNFLUSH-BEGIN")
+    (tmp_path / "window.2").write_text("401000 5 50 0\n")
+    same, why = insnprof.annotate(out, tmp_path)
+    assert same == out and "3 instruction windows for 2 results" in why
+    # and the report shows them with the counts
+    rows = report.metrics_of({"patched": recs})
+    assert "insns/vcpu0_per_op" in rows

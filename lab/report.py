@@ -40,8 +40,10 @@ median over the repetitions, with [min-max].""",
 Counts (interrupts, flushes, vmstat events) are exact. Times are instruction counts
 (QEMU `-icount shift=0`: one guest nanosecond per instruction, all vCPUs on one
 host thread), repeatable to about 1 %; cross-CPU waiting shows up as instructions
-run elsewhere, not as time. Each cell is the median over the repetitions, with
-[min-max].""",
+run elsewhere, not as time. The vCPUs take turns, so a task's CPU time also grows
+while other vCPUs run: a rate per CPU second beside a load is not the task's own
+cost; `insns/vcpu0_per_op` rows (luf-cost) are. Each cell is the median over the
+repetitions, with [min-max].""",
     "host": "Native run on this machine's kernel: times are real.",
 }
 

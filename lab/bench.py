@@ -146,6 +146,12 @@ class VMRunner:
         self.quick, self.icount = quick, icount
         self.kernels = {k: build.built(k) if no_build else build.build(k) for k in kernels}
         self.shapes = {}
+        # what the kernels were built from, taken now: patches/ and the lab
+        # may change while a long bench runs
+        self.identity = {"series_hash": tree.series_hash(),
+                         "series": [p.name for p in tree.series_files()],
+                         "base_version": tree.installed_base_version(),
+                         "lab_commit": _lab_commit()}
 
     def shape(self, group_name):
         group = suite.GROUPS[group_name]
@@ -180,12 +186,9 @@ class VMRunner:
             "duration_s": round(time.monotonic() - started, 1),
             "kernels": {k: {"release": v.release, "variant": k}
                         for k, v in self.kernels.items()},
-            "series_hash": tree.series_hash(),
-            "series": [p.name for p in tree.series_files()],
-            "base_version": tree.installed_base_version(),
+            **self.identity,
             "vm_shapes": self.shapes,
             "host": socket.gethostname(),
-            "lab_commit": _lab_commit(),
         }
 
 
@@ -194,6 +197,7 @@ class HostRunner:
 
     def __init__(self, quick):
         self.quick = quick
+        self.commit = _lab_commit()
         guest_bin = paths.work_dir() / "guest"
         from lab import initramfs
         initramfs.guest_programs()
@@ -220,7 +224,7 @@ class HostRunner:
             "series_hash": None,
             "vm_shapes": None,
             "host": socket.gethostname(),
-            "lab_commit": _lab_commit(),
+            "lab_commit": self.commit,
         }
 
 

@@ -108,8 +108,10 @@ int main(int argc, char **argv)
 		mover_move(&ws.mover, nodes[0]);
 		busy = shape_start(&o, cpu, ws.mem, ws.len);
 		phase_begin(&p);
+		window_open();	/* for lab run --insn-profile */
 		for (long r = 0; r < rounds; r++)
 			moved += mover_move(&ws.mover, nodes[(r + 1) % 2]);
+		window_close();
 		phase_end(&p);
 		busy_stop(busy);
 		working_set_free(&ws);

@@ -168,13 +168,17 @@ class VMRunner:
         if self.icount and suite.GROUPS[group].insn_windows:
             shape.insn_profile = Path(tempfile.mkdtemp(prefix="insns-",
                                                        dir=paths.work_dir()))
-        result = vm.run(self.kernels[kernel_name], script, shape)
-        if not shape.insn_profile:
-            return result.output
-        output, why = insnprof.annotate(result.output, shape.insn_profile)
+        try:
+            result = vm.run(self.kernels[kernel_name], script, shape)
+            if not shape.insn_profile:
+                return result.output
+            output, why = insnprof.annotate(result.output, shape.insn_profile)
+        finally:
+            # the windows are folded into the results, or useless without them
+            if shape.insn_profile:
+                shutil.rmtree(shape.insn_profile, ignore_errors=True)
         if why:
             say(f"bench: {group} on {kernel_name}: {why}")
-        shutil.rmtree(shape.insn_profile, ignore_errors=True)
         return output
 
     def meta(self, reps, started):

@@ -94,7 +94,7 @@ def report(folder, system_map, vcpu=0, top=15):
     lines = []
     for path in windows(folder):
         rows = read_window(path)
-        totals = [t for t in vcpu_totals(rows)]
+        totals = vcpu_totals(rows)
         while totals and not totals[-1]:
             totals.pop()
         lines.append(f"{path.name}: instructions per vCPU "
@@ -109,7 +109,7 @@ def main(args):
     kernel = build.built(args.kernel)
     system_map = kernel.objdir / "System.map"
     if not system_map.exists():
-        raise LabError(f"no System.map beside {kernel}: rebuild {args.kernel}")
+        raise LabError(f"no System.map in {kernel.objdir}: rebuild {args.kernel}")
     print(report(args.dir, system_map, args.vcpu, args.top))
     return 0
 

@@ -81,6 +81,9 @@ static void dump(void)
 
 	snprintf(path, sizeof(path), "%s.%d", prefix, window++);
 	f = fopen(path, "w");
+	/* N still counts it: the windows then no longer pair with the results */
+	if (!f)
+		fprintf(stderr, "insnprof: cannot write %s\n", path);
 	for (struct block *b = blocks; b; b = b->next) {
 		bool any = false;
 

@@ -42,8 +42,10 @@ Counts (interrupts, flushes, vmstat events) are exact. Times are instruction cou
 host thread), repeatable to about 1 %; cross-CPU waiting shows up as instructions
 run elsewhere, not as time. The vCPUs take turns, so a task's CPU time also grows
 while other vCPUs run: a rate per CPU second beside a load is not the task's own
-cost; `insns/vcpu0_per_op` rows (luf-cost) are. Each cell is the median over the
-repetitions, with [min-max].""",
+cost, nor is a latency percentile (an operation that spans the other vCPUs' turn
+counts their instructions); `insns/vcpu0_per_op` rows (luf-cost) are, and
+`alloc_offcpu_*` rows are the time the guest really had the task off its CPU.
+Each cell is the median over the repetitions, with [min-max].""",
     "host": "Native run on this machine's kernel: times are real.",
 }
 

@@ -84,7 +84,9 @@ int main(int argc, char **argv)
 		memset(buf, 0x88, mem);
 		busy = shape_start(&o, cpu, NULL, 0);
 		phase_begin(&p);
+		window_open();	/* for lab run --insn-profile */
 		swap_rounds(buf, mem, rounds);
+		window_close();
 		phase_end(&p);
 		busy_stop(busy);
 		munmap(buf, mem);

@@ -61,6 +61,33 @@ def off_fragment(out):
     return frag
 
 
+def defined_options(src, names):
+    """Those of `names` that a Kconfig file of `src` defines."""
+    bare = "|".join(re.escape(n.removeprefix("CONFIG_")) for n in names)
+    out = tree.git(src, "grep", "-h", "-E", rf"^\s*(menu)?config ({bare})\s*$",
+                   "--", "*Kconfig*", check=False).stdout
+    found = {"CONFIG_" + line.split()[-1] for line in out.splitlines()}
+    return [n for n in names if n in found]
+
+
+def on_fragment(src, out):
+    """config/series.config, less what `src` does not define yet, written
+    into `out`: a patch is built with the series options it has so far (the
+    first has no CONFIG_LUF, and Kconfig would silently drop it)."""
+    out.mkdir(parents=True, exist_ok=True)
+    have = set(defined_options(src, series_options()))
+    lines = (paths.CONFIG / "series.config").read_text().splitlines()
+    kept = []
+    for line in lines:
+        m = build.CONFIG_LINE.match(line.strip())
+        if m and (m.group(1) or m.group(3)) not in have:
+            continue
+        kept.append(line)
+    frag = out / "series-on.config"
+    frag.write_text("\n".join(kept) + "\n")
+    return frag
+
+
 def worktree():
     """build/series-check, detached; made on first use."""
     wt = paths.work_dir() / "series-check"
@@ -86,12 +113,11 @@ def build_each(src, jobs=None):
     at the first failure with the patch's subject in the message."""
     wt = worktree()
     lab_config = paths.CONFIG / "lab.config"
-    series_config = paths.CONFIG / "series.config"
-    settings = {"on": [lab_config, series_config],
-                "off": [lab_config, off_fragment(wt / ".o-off")]}
     results = []
     for i, (sha, subject) in enumerate(commits(src), 1):
         tree.git(wt, "checkout", "-q", "--detach", sha)
+        settings = {"on": [lab_config, on_fragment(wt, wt / ".o-on")],
+                    "off": [lab_config, off_fragment(wt / ".o-off")]}
         for name, frags in settings.items():
             out = wt / f".o-{name}"
             say(f"check-series: {i} {subject[:60]} (options {name})")

@@ -61,3 +61,18 @@ def test_off_fragment_turns_every_series_option_off(tmp_path):
     assert "CONFIG_TLB_BATCHING_SWITCHES" in names
     assert frag.read_text().splitlines() == [f"# {n} is not set" for n in names]
     assert (paths.CONFIG / "series.config").exists()
+
+
+def test_on_fragment_keeps_only_the_options_a_patch_defines(tmp_path):
+    # A tree that defines the switches but not yet CONFIG_LUF, as at patch 1.
+    src = tmp_path / "src"
+    (src / "mm").mkdir(parents=True)
+    (src / "mm" / "Kconfig").write_text(
+        "config TLB_BATCHING_SWITCHES\n\tbool \"switches\"\n")
+    tree.git(src.parent, "init", "-q", str(src))
+    tree.git(src, "add", "mm/Kconfig")
+    frag = series_check.on_fragment(src, tmp_path / "out")
+    text = frag.read_text()
+    assert "CONFIG_TLB_BATCHING_SWITCHES=y" in text.splitlines()
+    assert "CONFIG_LUF" not in text
+    assert series_check.defined_options(src, ["CONFIG_LUF"]) == []

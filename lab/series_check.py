@@ -113,11 +113,13 @@ def build_each(src, jobs=None):
     at the first failure with the patch's subject in the message."""
     wt = worktree()
     lab_config = paths.CONFIG / "lab.config"
+    off = off_fragment(wt / ".o-off")
     results = []
     for i, (sha, subject) in enumerate(commits(src), 1):
         tree.git(wt, "checkout", "-q", "--detach", sha)
+        # "on" depends on what the tree at this patch defines, "off" does not
         settings = {"on": [lab_config, on_fragment(wt, wt / ".o-on")],
-                    "off": [lab_config, off_fragment(wt / ".o-off")]}
+                    "off": [lab_config, off]}
         for name, frags in settings.items():
             out = wt / f".o-{name}"
             say(f"check-series: {i} {subject[:60]} (options {name})")

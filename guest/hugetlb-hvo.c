@@ -81,7 +81,7 @@ static void check_room(long pages)
 
 static void report_phase(const char *experiment, const char *shape, int rep,
 			 const char *name, const struct phase *p, long expected,
-			 int hvo)
+			 long pages, int hvo)
 {
 	long long total = meminfo_value("HugePages_Total");
 	struct fields extra = { 0 }, checks = { 0 };
@@ -99,6 +99,7 @@ static void report_phase(const char *experiment, const char *shape, int rep,
 		die(1, "%s: HugePages_Total reached %lld, not %ld; memory too small or fragmented (try fewer --pages, or echo 1 > /proc/sys/vm/compact_memory)",
 		    name, total, expected);
 	field_str(&extra, "phase", name);
+	field_int(&extra, "ops", pages);	/* huge pages made or freed */
 	report_result(experiment, shape, rep, p, &extra, &checks);
 	free(extra.b.s);
 	free(checks.b.s);
@@ -140,10 +141,10 @@ int main(int argc, char **argv)
 
 		timed_write(NR_HUGEPAGES, pages, &alloc);
 		report_phase(experiment, shape_name(&o), rep, "alloc", &alloc,
-			     pages, hvo);
+			     pages, pages, hvo);
 		timed_write(NR_HUGEPAGES, 0, &release);
 		report_phase(experiment, shape_name(&o), rep, "free", &release,
-			     0, hvo);
+			     0, pages, hvo);
 		busy_stop(busy);
 		phase_free(&alloc);
 		phase_free(&release);

@@ -172,12 +172,10 @@ static void measure_begin(struct cost *c, struct measure *m)
 	phase_begin(&m->p);
 	own_faults(&m->faults0, &m->major0);
 	m->cpu0 = cpu_now();
-	window_open();	/* each phase is one window of insnprof */
 }
 
 static void measure_end(struct cost *c, struct measure *m)
 {
-	window_close();
 	m->cpu1 = cpu_now();
 	own_faults(&m->faults1, &m->major1);
 	phase_end(&m->p);

@@ -108,10 +108,8 @@ int main(int argc, char **argv)
 		mover_move(&ws.mover, nodes[0]);
 		busy = shape_start(&o, cpu, ws.mem, ws.len);
 		phase_begin(&p);
-		window_open();	/* for lab run --insn-profile */
 		for (long r = 0; r < rounds; r++)
 			moved += mover_move(&ws.mover, nodes[(r + 1) % 2]);
-		window_close();
 		phase_end(&p);
 		busy_stop(busy);
 		working_set_free(&ws);
@@ -128,6 +126,7 @@ int main(int argc, char **argv)
 			    moved, nodes[1]);
 		field_int(&extra, "rounds", rounds);
 		field_int(&extra, "mem_bytes", mem);
+		field_int(&extra, "ops", expected);	/* page migrations */
 		field_int(&extra, "node_a", nodes[0]);
 		field_int(&extra, "node_b", nodes[1]);
 		report_result("migrate-loop", shape_name(&o), rep, &p, &extra,

@@ -64,6 +64,7 @@ int main(int argc, char **argv)
 		phase_end(&p);
 		busy_stop(busy);
 		field_int(&extra, "mem_bytes", a.mem);
+		field_int(&extra, "ops", a.mem / PAGE_SIZE_4K);	/* pages */
 		report_result(a.experiment, shape_name(&a.o), rep, &p, &extra,
 			      &checks);
 		phase_free(&p);

@@ -98,6 +98,7 @@ int main(int argc, char **argv)
 		/* frees the swap slots too, ready for the next repetition */
 		munmap(mapping, a.mem);
 		field_int(&extra, "mem_bytes", a.mem);
+		field_int(&extra, "ops", a.mem / PAGE_SIZE_4K);	/* pages */
 		report_result(a.experiment, shape_name(&a.o), rep, &p, &extra,
 			      &checks);
 		phase_free(&p);

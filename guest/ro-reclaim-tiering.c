@@ -349,6 +349,7 @@ int main(int argc, char **argv)
 		field_int(&extra, "files_bytes", total);
 		field_int(&extra, "memcg_limit_bytes", limit);
 		field_int(&extra, "pages_touched", pages);
+		field_int(&extra, "ops", pages);
 		field_real(&extra, "pages_per_s", pages / phase_elapsed(&p));
 		field_raw(&extra, "tlb_irq_series", series.s);
 		report_result("ro-reclaim-tiering",

@@ -84,9 +84,7 @@ int main(int argc, char **argv)
 		memset(buf, 0x88, mem);
 		busy = shape_start(&o, cpu, NULL, 0);
 		phase_begin(&p);
-		window_open();	/* for lab run --insn-profile */
 		swap_rounds(buf, mem, rounds);
-		window_close();
 		phase_end(&p);
 		busy_stop(busy);
 		munmap(buf, mem);
@@ -99,6 +97,7 @@ int main(int argc, char **argv)
 			    phase_delta(&p, "pswpout"), expected);
 		field_int(&extra, "rounds", rounds);
 		field_int(&extra, "mem_bytes", mem);
+		field_int(&extra, "ops", expected);	/* page swap-outs */
 		report_result("swap-loop", shape_name(&o), rep, &p, &extra,
 			      &checks);
 		phase_free(&p);

@@ -165,7 +165,9 @@ class VMRunner:
     def run(self, kernel_name, group, experiments):
         script = guest_script(experiments, kernel_name, self.quick)
         shape = self.shape(group)
-        if self.icount and suite.GROUPS[group].insn_windows:
+        # every program's phases are windows (guest/lib/unflush.h): under
+        # --icount each result gets its phase's instructions (lab/insnprof.py)
+        if self.icount:
             shape.insn_profile = Path(tempfile.mkdtemp(prefix="insns-",
                                                        dir=paths.work_dir()))
         try:

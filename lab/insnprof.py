@@ -117,27 +117,39 @@ def main(args):
 def annotate(output, folder, vcpu=0):
     """Add each window's instruction counts to the result it measured.
 
-    The Nth UNFLUSH-RESULT line of a boot whose program marks its phases is
-    the Nth window: it gains counters insns/vcpuV (everything vCPU V ran in
-    the window) and insns/vcpuV_per_op (that over the result's `ops`).
-    Returns the output unchanged, with a reason, if they do not pair up.
+    A guest phase that opens a window prints `UNFLUSH-WINDOW <id>` and its
+    result carries "window": "<id>" (guest/lib/snapshot.c); the plugin numbers
+    windows per boot, in the order they close, which is the order of those
+    lines since phases that hold a window never overlap.  A paired result
+    gains counters insns/vcpuV (what vCPU V ran in the window), insns/all
+    (every vCPU) and, over the result's `ops`, insns/vcpuV_per_op and
+    insns/all_per_op.  Returns the output unchanged, with a reason, if the
+    windows and the lines do not pair up.
     """
     try:
         files = windows(folder)
     except LabError as e:
         return output, str(e)
     lines = output.splitlines()
-    results = [i for i, ln in enumerate(lines) if ln.startswith("UNFLUSH-RESULT ")]
-    if len(results) != len(files):
-        return output, (f"{len(files)} instruction windows for {len(results)} results: "
-                        "not paired, no insns/ counters")
-    for i, path in zip(results, files):
-        record = json.loads(lines[i][len("UNFLUSH-RESULT "):])
+    ids = [ln.split()[1] for ln in lines
+           if ln.startswith("UNFLUSH-WINDOW ") and len(ln.split()) == 2]
+    if len(ids) != len(files):
+        return output, (f"{len(files)} instruction windows for {len(ids)} phases that "
+                        "opened one: not paired, no insns/ counters")
+    window_of = dict(zip(ids, files))
+    for i, line in enumerate(lines):
+        if not line.startswith("UNFLUSH-RESULT "):
+            continue
+        record = json.loads(line[len("UNFLUSH-RESULT "):])
+        path = window_of.get(record.get("window"))
+        if path is None:
+            continue
         totals = vcpu_totals(read_window(path))
-        own = totals[vcpu] if vcpu < len(totals) else 0
         counters = record.setdefault("counters", {})
-        counters[f"insns/vcpu{vcpu}"] = own
+        counters[f"insns/vcpu{vcpu}"] = totals[vcpu] if vcpu < len(totals) else 0
+        counters["insns/all"] = sum(totals)
         if record.get("ops"):
-            counters[f"insns/vcpu{vcpu}_per_op"] = round(own / record["ops"])
+            for key in (f"insns/vcpu{vcpu}", "insns/all"):
+                counters[f"{key}_per_op"] = round(counters[key] / record["ops"])
         lines[i] = "UNFLUSH-RESULT " + json.dumps(record, separators=(",", ":"))
     return "\n".join(lines) + "\n", None

@@ -36,9 +36,6 @@ class Group:
     shape: vm.VMShape
     quick_shape: vm.VMShape
     needs_data_disk: bool = False
-    # its programs mark their phases (guest/lib/unflush.h): under --icount
-    # the bench counts each phase's instructions (lab/insnprof.py)
-    insn_windows: bool = False
     experiments: list = field(default_factory=list)
 
 
@@ -62,7 +59,7 @@ GROUPS = {
                                              append=SCRATCH, timeout=3600),
                       vm.VMShape(cpus=3, mem="1G", node1="1G", zram="512M",
                                  append=SCRATCH, timeout=900),
-                      needs_data_disk=True, insn_windows=True),
+                      needs_data_disk=True),
     # hugetlb vmemmap optimisation: its flushes go to every CPU.
     "hugetlb": Group("hugetlb", vm.VMShape(cpus=4, mem="3G", timeout=1800),
                      vm.VMShape(cpus=4, mem="1G", timeout=600)),

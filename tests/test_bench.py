@@ -110,7 +110,7 @@ def test_luf_cost_runs_with_the_data_disk_and_scratch():
     assert all(e.group == "luf-cost" and e.switch == "luf" and e.seed == "001"
                for e in exps)
     group = suite.GROUPS["luf-cost"]
-    assert group.needs_data_disk and group.insn_windows
+    assert group.needs_data_disk
     # the measured work on CPU 0, the load's two threads on CPUs 1-2
     assert group.shape.cpus == group.quick_shape.cpus == 3
     assert all("--threads 2" in e.command for e in exps)
@@ -122,24 +122,33 @@ def test_luf_cost_runs_with_the_data_disk_and_scratch():
 
 
 def test_instruction_windows_pair_with_results(tmp_path):
-    """Window N belongs to the Nth result of the boot; a count that does not
-    pair up is reported, not guessed."""
+    """A result gets the window its phase named, whatever the phases without
+    a result (set-up) opened in between; a count that does not pair up is
+    reported, not guessed."""
     (tmp_path / "window.0").write_text("401000 5 1000 7\nffffffff81000000 10 200 0\n")
-    (tmp_path / "window.1").write_text("401000 5 50 0\n")
+    (tmp_path / "window.1").write_text("401000 5 99 99\n")    # set-up phase
+    (tmp_path / "window.2").write_text("401000 5 50 0\n")
     out = ("UNFLUSH-BEGIN luf-cost/fault patched\n"
-           'UNFLUSH-RESULT {"experiment":"luf-cost/fault","ops":100,"counters":{"a":1}}\n'
+           "UNFLUSH-WINDOW 7.0\n"
+           'UNFLUSH-RESULT {"experiment":"luf-cost/fault","window":"7.0","ops":100,'
+           '"counters":{"a":1}}\n'
            "noise\n"
-           'UNFLUSH-RESULT {"experiment":"luf-cost/fault","ops":0}\n'
+           "UNFLUSH-WINDOW 8.0\n"
+           "UNFLUSH-WINDOW 8.1\n"
+           'UNFLUSH-RESULT {"experiment":"luf-cost/fault","window":"8.1","ops":0}\n'
+           'UNFLUSH-RESULT {"experiment":"luf-cost/fault"}\n'
            "UNFLUSH-END luf-cost/fault patched 0\n")
     text, why = insnprof.annotate(out, tmp_path)
     assert why is None
     recs = [json.loads(ln[15:]) for ln in text.splitlines() if ln.startswith("UNFLUSH-RESULT")]
-    assert recs[0]["counters"] == {"a": 1, "insns/vcpu0": 1200, "insns/vcpu0_per_op": 12}
-    assert recs[1]["counters"] == {"insns/vcpu0": 50}     # no ops, no ratio
+    assert recs[0]["counters"] == {"a": 1, "insns/vcpu0": 1200, "insns/all": 1207,
+                                   "insns/vcpu0_per_op": 12, "insns/all_per_op": 12}
+    assert recs[1]["counters"] == {"insns/vcpu0": 50, "insns/all": 50}  # no ops, no ratio
+    assert "counters" not in recs[2]                                     # had no window
     assert "noise" in text and text.startswith("UNFLUSH-BEGIN")
-    (tmp_path / "window.2").write_text("401000 5 50 0\n")
+    (tmp_path / "window.3").write_text("401000 5 50 0\n")
     same, why = insnprof.annotate(out, tmp_path)
-    assert same == out and "3 instruction windows for 2 results" in why
+    assert same == out and "4 instruction windows for 3 phases" in why
     # and the report shows them with the counts
     rows = report.metrics_of({"patched": recs})
     assert "insns/vcpu0_per_op" in rows

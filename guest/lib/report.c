@@ -128,6 +128,11 @@ void report_result(const char *experiment, const char *shape, int rep,
 	jb_string(&b, shape);
 	jb_printf(&b, ",\"rep\":%d,\"elapsed_s\":%.9g,", rep,
 		  phase_elapsed(p));
+	if (p->window[0]) {
+		jb_printf(&b, "\"window\":");
+		jb_string(&b, p->window);
+		jb_printf(&b, ",");
+	}
 	if (extra && extra->b.len)
 		jb_printf(&b, "%.*s,", (int)extra->b.len, extra->b.s);
 	jb_phase(&b, p);

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "unflush.h"
 
@@ -236,15 +237,37 @@ static void snapshot_take(struct snapshot *s, bool after)
 	note_missing(s->missing);
 }
 
+static bool window_taken;	/* by a phase of this process */
+
+static void phase_window_open(struct phase *p)
+{
+	static int n;
+
+	p->window[0] = '\0';
+	if (window_taken)
+		return;
+	window_taken = true;
+	snprintf(p->window, sizeof(p->window), "%d.%d", (int)getpid(), n++);
+	/* flushed now: a child forked later must not print it again */
+	printf("UNFLUSH-WINDOW %s\n", p->window);
+	fflush(stdout);
+	window_open();
+}
+
 void phase_begin(struct phase *p)
 {
 	snapshot_take(&p->before, false);
+	phase_window_open(p);
 	p->t0 = now_s();
 }
 
 void phase_end(struct phase *p)
 {
 	p->t1 = now_s();
+	if (p->window[0]) {
+		window_close();
+		window_taken = false;
+	}
 	snapshot_take(&p->after, true);
 }
 

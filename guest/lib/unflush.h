@@ -195,9 +195,18 @@ struct snapshot {
 	unsigned int missing;	/* bit per enum source */
 };
 
+/*
+ * A phase is also an instruction-count window (window_open() above) when
+ * no other phase of this process holds one: phase_begin() prints
+ * "UNFLUSH-WINDOW <id>" and the result names the same id, so the lab pairs
+ * each result with its window even though windows are numbered per boot
+ * and some phases (set-up) report nothing.  Not for phases begun from two
+ * threads at once.
+ */
 struct phase {
 	struct snapshot before, after;
 	double t0, t1;
+	char window[32];	/* "<pid>.<n>", or "" if it had none */
 };
 
 void snapshot_add(struct snapshot *s, const char *name, long long value);

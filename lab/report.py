@@ -43,10 +43,10 @@ host thread), repeatable to about 1 %; cross-CPU waiting shows up as instruction
 run elsewhere, not as time. The vCPUs take turns, so a task's CPU time also grows
 while other vCPUs run: a rate per CPU second beside a load is not the task's own
 cost, nor is a latency percentile (an operation that spans the other vCPUs' turn
-counts their instructions). The `insns/vcpu0_per_op` rows are the measured task's
-own instructions per operation (it is pinned to vCPU 0, where little else runs; `insns/all` adds the other
-vCPUs, busy threads included), and `alloc_offcpu_*` rows are the time the guest
-really had the task off its CPU.
+counts their instructions). The `insns/vcpu0_per_op` rows are the measured
+task's own instructions per operation (it is pinned to vCPU 0, where little else
+runs; `insns/all` adds the other vCPUs, busy threads included), and
+`alloc_offcpu_*` rows are the time the guest really had the task off its CPU.
 Each cell is the median over the repetitions, with [min-max].""",
     "host": "Native run on this machine's kernel: times are real.",
 }

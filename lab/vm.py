@@ -231,7 +231,7 @@ def run(kernel, command, shape=None, logdir=None, quiet=False, allow_splats=Fals
             qemu.wait()
             break
         if prog:
-            prog.update(f"running ({accel}) {_last_line(output_log)}")
+            prog.update(f"running ({accel}) {_last_line(output_log, PROGRESS_SKIP)}")
         time.sleep(0.2)
     seconds = time.monotonic() - start
     qemu_out = qemu.stdout.read() if qemu.stdout else ""
@@ -267,7 +267,11 @@ def run(kernel, command, shape=None, logdir=None, quiet=False, allow_splats=Fals
                      splats)
 
 
-def _last_line(path):
+# machine-read lines that say nothing to a person watching the progress
+PROGRESS_SKIP = ("UNFLUSH-WINDOW ", "UNFLUSH-RESULT ")
+
+
+def _last_line(path, skip=()):
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
@@ -275,5 +279,5 @@ def _last_line(path):
             tail = f.read().decode(errors="replace").replace("\r", "")
     except FileNotFoundError:
         return ""
-    lines = [ln for ln in tail.split("\n") if ln.strip()]
+    lines = [ln for ln in tail.split("\n") if ln.strip() and not ln.startswith(skip)]
     return lines[-1][:100] if lines else ""

@@ -42,7 +42,9 @@
  *   anon-move R5: anonymous pages of main's own (not shared), made
  *             read-only at swap-in by soft-dirty tracking; after the lazy
  *             swap-out main moves the swap entries away with UFFDIO_MOVE,
- *             and the address, none now, must read zeroes;
+ *             and the address, none now, must read zeroes; main then
+ *             read-faults it (MADV_POPULATE_READ), for CONFIG_DEBUG_LUF to
+ *             compare the zero page with the old one;
  *   anon-demote  R1, as demote, for anon-reuse's pages: they are charged to
  *             a memory cgroup of their own, which main leaves before the
  *             trials, and the helper's memory.reclaim of it, anonymous
@@ -117,7 +119,8 @@ static const char usage[] =
 "               swapped out, soft-dirty cleared (/proc/self/clear_refs), so\n"
 "               that the swap-in maps them read-only; after the take-away\n"
 "               main moves their swap entries to another address\n"
-"               (UFFDIO_MOVE): the reader must then read zeroes\n"
+"               (UFFDIO_MOVE): the reader must then read zeroes; main\n"
+"               read-faults the emptied addresses (MADV_POPULATE_READ)\n"
 "  anon-demote  R1, as demote, for anon-reuse's pages: made in a memory\n"
 "               cgroup of their own, which main leaves before the trials\n"
 "               (the pages stay charged to it, their swap-in too), so that\n"
@@ -588,6 +591,17 @@ static void hazard(struct run *r, uintptr_t va, long region)
 		break;
 	case ANON_MOVE:
 		move_away(r, va, region);
+		/*
+		 * Read-fault the emptied addresses now, as the reader would
+		 * if its TLB had let an entry go: the zero page goes in there,
+		 * and a debug kernel compares it with the old page
+		 * (CONFIG_DEBUG_LUF).  The reader's stale entries, if any,
+		 * are untouched by it.
+		 */
+		if (madvise((void *)va, r->npages * PAGE_SIZE_4K,
+			    MADV_POPULATE_READ))
+			die(1, "madvise(MADV_POPULATE_READ) of the moved-from pages: %s (needs Linux 5.14 or later)",
+			    strerror(errno));
 		break;
 	case REUSE:
 	case DEMOTE:

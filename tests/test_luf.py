@@ -182,6 +182,7 @@ CHECKER_WARNS = {"cow": "rule R3 missing", "write": "rule R4 or R6 missing",
                  "reuse": "freed before the flush of generation",
                  "demote": "freed before the flush of generation",
                  "anon-write": "rule R3 missing",
+                 "anon-move": "rule R5 missing",
                  "anon-reuse": "freed before the flush of generation",
                  "anon-demote": "freed before the flush of generation"}
 

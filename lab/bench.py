@@ -1,9 +1,14 @@
 """`lab bench`: run the suite on each kernel, interleaved, and write the results.
 
 For every repetition round, every group of experiments boots each kernel in
-turn (vanilla, patched, vanilla, patched, ...), so slow drift of a shared
-machine hits both kernels alike.  In each boot a small shell script runs the
-group's experiments one after another, bracketing each with markers:
+turn (vanilla, patched, patched with switches off, vanilla, ...), so slow
+drift of a shared machine hits every configuration alike.  A kernel with the
+series' switches boots twice per group: once as it is, once with each
+experiment's mechanism switched off while that experiment runs.  Every boot
+thus runs the same programs in the same order, so no configuration inherits
+more history (free lists, swap, page cache) than another.  In each boot a
+small shell script runs the group's experiments one after another,
+bracketing each with markers:
 
     UNFLUSH-BEGIN <experiment id> <configuration>
     UNFLUSH-RESULT {...}            (one per repetition, from the program)
@@ -32,21 +37,44 @@ SWITCH_DIR = "/sys/kernel/mm/tlb_batching"
 FORMAT_VERSION = 1
 
 
-def guest_script(experiments, kernel_name, quick, switch_dir=SWITCH_DIR):
-    """The shell script one boot runs: each experiment once, bracketed."""
+def guest_script(experiments, kernel_name, quick, switches_off=False,
+                 switch_dir=SWITCH_DIR):
+    """The shell script one boot runs: each experiment once, bracketed.
+
+    With `switches_off`, each experiment that has a switch runs with it at 0
+    (configuration `<kernel>/<switch>=0`) and the switch goes back to 1 after
+    it; one without a switch runs as it is, so the boot's history is the same
+    as the other configurations'."""
     lines = []
     flags = " --reps 1" + (" --quick" if quick else "")
     for exp in experiments:
-        lines += _bracket(exp.id, kernel_name, exp.command + flags)
-        if exp.switch and kernel_name != "vanilla" and kernel_name != "host":
-            knob = f"{switch_dir}/{exp.switch}"
-            config = f"{kernel_name}/{exp.switch}=0"
-            lines.append(f"if [ -w {knob} ]; then")
-            lines.append(f"  echo 0 > {knob}")
-            lines += ["  " + ln for ln in _bracket(exp.id, config, exp.command + flags)]
-            lines.append(f"  echo 1 > {knob}")
-            lines.append("fi")
+        if not (switches_off and exp.switch):
+            lines += _bracket(exp.id, kernel_name, exp.command + flags)
+            continue
+        knob = f"{switch_dir}/{exp.switch}"
+        config = f"{kernel_name}/{exp.switch}=0"
+        lines.append(f"if [ -w {knob} ]; then")
+        lines.append(f"  echo 0 > {knob}")
+        lines += ["  " + ln for ln in _bracket(exp.id, config, exp.command + flags)]
+        lines.append(f"  echo 1 > {knob}")
+        lines.append("fi")
     return "\n".join(lines) + "\n"
+
+
+def boots(kernels, experiments):
+    """(kernel, switches_off) for each boot of one group in one round: every
+    kernel as it is, then once more with switches off where the kernel has
+    the series' switches and the group an experiment that has one."""
+    out = []
+    for kernel in kernels:
+        out.append((kernel, False))
+        if has_switches(kernel) and any(e.switch for e in experiments):
+            out.append((kernel, True))
+    return out
+
+
+def has_switches(kernel):
+    return kernel != "host" and build.VARIANTS[kernel][0] != "vanilla"
 
 
 def _bracket(exp_id, config, command):
@@ -99,19 +127,21 @@ def main(args):
         runner = VMRunner(kernels, args.quick, args.icount, args.no_build)
     results, failures = {}, []
     groups = [g for g in suite.GROUPS if any(e.group == g for e in experiments)]
-    total = reps * len(groups) * len(kernels)
+    members = {g: [e for e in experiments if e.group == g] for g in groups}
+    total = reps * sum(len(boots(kernels, members[g])) for g in groups)
     started, step = time.monotonic(), 0
     for rnd in range(reps):
         for group in groups:
-            members = [e for e in experiments if e.group == group]
-            for kernel in kernels:
+            for kernel, off in boots(kernels, members[group]):
                 step += 1
-                count = f"{len(members)} experiment" + ("s" if len(members) != 1 else "")
+                n = len(members[group])
+                count = f"{n} experiment" + ("s" if n != 1 else "")
+                which = f"{kernel}, switches off" if off else kernel
                 say(f"bench: [{step}/{total}] round {rnd + 1}/{reps}, {group} "
-                    f"({count}) on {kernel} "
+                    f"({count}) on {which} "
                     f"[{time.monotonic() - started:.0f}s]")
-                text = runner.run(kernel, group, members)
-                parse_output(text, members, results, failures,
+                text = runner.run(kernel, group, members[group], off)
+                parse_output(text, members[group], results, failures,
                              {"kernel": kernel, "round": rnd})
     doc = {
         "format": FORMAT_VERSION,
@@ -162,8 +192,8 @@ class VMRunner:
         self.shapes[group_name] = shape.describe()
         return shape
 
-    def run(self, kernel_name, group, experiments):
-        script = guest_script(experiments, kernel_name, self.quick)
+    def run(self, kernel_name, group, experiments, switches_off=False):
+        script = guest_script(experiments, kernel_name, self.quick, switches_off)
         shape = self.shape(group)
         # every program's phases are windows (guest/lib/unflush.h): under
         # --icount each result gets its phase's instructions (lab/insnprof.py)
@@ -209,8 +239,8 @@ class HostRunner:
         initramfs.guest_programs()
         self.env = dict(os.environ, PATH=f"{guest_bin}:{os.environ['PATH']}")
 
-    def run(self, kernel_name, group, experiments):
-        script = guest_script(experiments, kernel_name, self.quick)
+    def run(self, kernel_name, group, experiments, switches_off=False):
+        script = guest_script(experiments, kernel_name, self.quick, switches_off)
         if suite.GROUPS[group].needs_data_disk:
             script = script.replace("/data/", f"{datadisk.host_files(self.quick)}/")
         proc = subprocess.run(["sh", "-c", script], env=self.env, stdout=subprocess.PIPE,

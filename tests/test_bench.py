@@ -11,14 +11,35 @@ def rec(exp, elapsed, irqs, **counters):
         "tlb_shootdown_irqs": irqs, "counters": counters, "checks": {}, "missing": []})
 
 
-def test_switch_off_runs_only_on_patched_kernels():
+def test_switch_off_runs_in_a_boot_of_its_own():
     exps = suite.select(["munmap-folio-size/64K"])[:1]
     van = bench.guest_script(exps, "vanilla", quick=True)
     pat = bench.guest_script(exps, "patched", quick=True)
-    assert "zap_ptes" not in van
-    assert "echo 0 > /sys/kernel/mm/tlb_batching/zap_ptes" in pat
-    assert "UNFLUSH-BEGIN munmap-folio-size/64K patched/zap_ptes=0" in pat
+    off = bench.guest_script(exps, "patched", quick=True, switches_off=True)
+    assert "zap_ptes" not in van and "zap_ptes" not in pat
+    assert "UNFLUSH-BEGIN munmap-folio-size/64K patched\n" in pat
+    assert "echo 0 > /sys/kernel/mm/tlb_batching/zap_ptes" in off
+    assert "UNFLUSH-BEGIN munmap-folio-size/64K patched/zap_ptes=0" in off
+    assert "UNFLUSH-BEGIN munmap-folio-size/64K patched\n" not in off
     assert "--reps 1 --quick" in van
+
+
+def test_every_boot_runs_the_same_programs_in_the_same_order():
+    """The configurations must not differ in what ran before the measured
+    program: the off boot runs a program without a switch too."""
+    exps = suite.select(["hugetlb-hvo"])
+    assert [e.switch for e in exps] == [None, "hvo_flush"]
+    order = lambda script: [ln.split("UNFLUSH-BEGIN ")[1].split()[0]
+                            for ln in script.splitlines() if "UNFLUSH-BEGIN " in ln]
+    van = bench.guest_script(exps, "vanilla", quick=False)
+    off = bench.guest_script(exps, "patched", quick=False, switches_off=True)
+    assert order(van) == order(off) == ["hugetlb-hvo/hvo=0", "hugetlb-hvo/hvo=1"]
+    assert "UNFLUSH-BEGIN hugetlb-hvo/hvo=0 patched\n" in off
+    assert bench.boots(["vanilla", "patched", "debug"], exps) == [
+        ("vanilla", False), ("patched", False), ("patched", True),
+        ("debug", False), ("debug", True)]
+    assert bench.boots(["patched"], exps[:1]) == [("patched", False)]
+    assert bench.boots(["host"], exps) == [("host", False)]
 
 
 def test_parse_results_and_failures():
@@ -116,7 +137,7 @@ def test_luf_cost_runs_with_the_data_disk_and_scratch():
     assert all("--threads 2" in e.command for e in exps)
     assert "unflush.scratch=" in group.shape.append
     assert "unflush.scratch=" in group.quick_shape.append
-    script = bench.guest_script(exps[:1], "patched", quick=True)
+    script = bench.guest_script(exps[:1], "patched", quick=True, switches_off=True)
     assert "UNFLUSH-BEGIN luf-cost/write patched/luf=0" in script
     assert "luf-cost write --threads 2 --files /data/model0" in script
 

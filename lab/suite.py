@@ -6,8 +6,8 @@ one boot runs one repetition of every experiment of a group, so a bench of R
 repetitions on K kernels is R x K boots per group, interleaved by kernel.
 
 `switch` names the run-time switch of the patched kernel that turns the
-experiment's mechanism off; the patched boot then runs it a second time with
-that switch at 0 (configuration `patched/<switch>=0`).
+experiment's mechanism off; a second boot of the patched kernel runs the
+experiment with that switch at 0 (configuration `patched/<switch>=0`).
 """
 
 from dataclasses import dataclass, field

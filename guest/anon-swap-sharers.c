@@ -61,7 +61,7 @@ static const char usage[] =
 #define PM_SWAP		(1ULL << 62)
 #define PM_PRESENT	(1ULL << 63)
 #define RECLAIM_TRIES	30
-#define SWAPOFF_SECONDS	120
+#define SWAPOFF_SECONDS	60
 
 static long nfolios = 64, nsharers = 80, nuneven = 10;
 static char swap_dev[128];

@@ -17,9 +17,9 @@
  * @sharers children, the first @uneven and the last @uneven of which unmap
  * page 0 of every folio first.  The rmap walk visits the mappings in fork
  * order (or the reverse), so by the time pages 1-15 of a folio need a
- * continuation, its page 0 is @uneven counts behind.  The parent, the children and the pages are in a memory cgroup
- * of their own, and its memory.reclaim swaps the folios out (MADV_PAGEOUT
- * leaves shared folios alone).  Then every page of every process must be a
+ * continuation, its page 0 is @uneven counts behind.  The folios, and
+ * nothing else, are charged to a memory cgroup of their own, whose
+ * memory.reclaim swaps them out (MADV_PAGEOUT leaves shared folios alone).  Then every page of every process must be a
  * swap entry; each child in turn reads its pages back and checks them, and
  * exits, which walks the counts down through the continuation; the parent
  * checks its own and unmaps them.  Last, swapoff of the swap device must
@@ -231,6 +231,41 @@ static bool swapoff_finishes(void)
 	    swap_dev, status);
 }
 
+/*
+ * @bytes of 64K folios filled with the pattern, charged to the cgroup, and
+ * nothing else with them.  Every other page the 81 processes share would
+ * also need a swap count continuation if reclaim took it, and the first
+ * continuation for a page of the swap map serves all its entries from then
+ * on: had a heap or stack page got there first, the folios' ranges would
+ * never be refused.  So between joining the cgroup and leaving it, only
+ * system calls and stores to the new mapping: no snapshot, no malloc().
+ */
+static char *map_charged_folios(size_t bytes, struct fields *checks)
+{
+	struct phase setup = { 0 };
+	long long got;
+	char *base;
+
+	phase_begin(&setup);
+	memcg_join();
+	base = map_aligned(bytes, 2 * MiB);
+	if (madvise(base, bytes, MADV_HUGEPAGE))
+		die(1, "madvise(MADV_HUGEPAGE): %s (needs CONFIG_TRANSPARENT_HUGEPAGE)",
+		    strerror(errno));
+	for (long i = 0; i < nfolios * FOLIO_PAGES; i++)
+		for (size_t w = 0; w < WORDS; w++)
+			((uint64_t *)(base + i * PAGE_SIZE_4K))[w] = word(base, i, w);
+	memcg_leave();
+	phase_end(&setup);
+	got = phase_delta(&setup, "mthp/64kB/anon_fault_alloc");
+	phase_free(&setup);
+	field_int(checks, "mthp_alloc_64kB", got);
+	if (got < nfolios)
+		die(1, "only %lld of %ld folios were 64K (mthp/64kB/anon_fault_alloc); free or compact memory",
+		    got, nfolios);
+	return base;
+}
+
 static void one_rep(int rep, const char *cgroup)
 {
 	struct fields checks = { 0 }, extra = { 0 };
@@ -247,10 +282,7 @@ static void one_rep(int rep, const char *cgroup)
 	go = calloc(nsharers + 1, sizeof(*go));
 	if (!kids || !go)
 		die(1, "out of memory");
-	base = map_anon_folios(bytes, FOLIO_KB, &checks);
-	for (long i = 0; i < nfolios * FOLIO_PAGES; i++)
-		for (size_t w = 0; w < WORDS; w++)
-			((uint64_t *)(base + i * PAGE_SIZE_4K))[w] = word(base, i, w);
+	base = map_charged_folios(bytes, &checks);
 	/* old and inactive before the children copy the PTEs */
 	if (madvise(base, bytes, MADV_COLD))
 		die(1, "madvise(MADV_COLD): %s", strerror(errno));
@@ -349,7 +381,6 @@ int main(int argc, char **argv)
 	find_swap_device();
 	mthp_set_only(FOLIO_KB);
 	cgroup = memcg_create("anon-swap-sharers", 0);
-	memcg_join_until_exit();
 	for (int rep = 0; rep < o.reps; rep++)
 		one_rep(rep, cgroup);
 	return 0;

@@ -12,9 +12,10 @@ On the patched kernel the switch is tried on and off in one boot: on, every
 mapping is unmapped by the batched path, whose swap_duplicate_nr() must
 refuse a range with an entry at SWAP_MAP_MAX before raising any count; off,
 one PTE at a time as in vanilla.  Vanilla must pass too (the program tests
-the kernel, not the series).  On the `broken` kernel, whose
-patches/testing/0003 takes out that refusal, the entries raised before the
-one that needs a continuation are raised twice, and swapoff must not finish.
+the kernel, not the series), and so must the debug kernel.  On the `broken`
+kernel, whose patches/testing/0003 takes out that refusal, the entries
+raised before the one that needs a continuation are raised twice, and
+swapoff must not finish.
 """
 
 import json
@@ -89,11 +90,14 @@ def test_shared_beyond_swap_map_max_on_patched(patched_run):
     assert off["nr_tlb_anon_unmap_ptes_single"] >= checks["swap_entries_mapped"], off
 
 
-def test_shared_beyond_swap_map_max_on_vanilla():
-    output = vm.run(build.built("vanilla"),
-                    f"echo RUN vanilla\n{PROGRAM}; echo SHARERS-EXIT $?\n",
+@pytest.mark.parametrize("variant", ["vanilla", "debug"])
+def test_shared_beyond_swap_map_max(variant):
+    """vanilla: the test holds for the kernel without the series; debug:
+    the series under DEBUG_VM, lockdep and KASAN, switch at its default."""
+    output = vm.run(build.built(variant),
+                    f"echo RUN {variant}\n{PROGRAM}; echo SHARERS-EXIT $?\n",
                     shape(), quiet=True).output
-    passed(results(output), "vanilla")
+    passed(results(output), variant)
 
 
 def test_raise_without_refusal_is_caught():

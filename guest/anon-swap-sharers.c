@@ -51,9 +51,10 @@ static const char usage[] =
 "unmap page 0 of every folio; swap them all out through a memory cgroup's\n"
 "memory.reclaim, then check that every mapping became a swap entry, that\n"
 "every process reads its data back, and that swapoff then finds no swap\n"
-"entry still counted (it is swapped on again).  Needs root and swap on a\n"
-"device (the lab's --zram).  Prints one UNFLUSH-RESULT line per repetition\n"
-"(id anon-swap-sharers); exits 1 with one line on the first failure.\n";
+"entry still counted (it is swapped on again).  Needs root and one swap\n"
+"device with nothing in it (the lab's --zram).  Prints one UNFLUSH-RESULT\n"
+"line per repetition (id anon-swap-sharers); exits 1 with one line on the\n"
+"first failure.\n";
 
 #define FOLIO_KB	64
 #define FOLIO_PAGES	16
@@ -183,22 +184,33 @@ static int reclaim(const char *cgroup, const char *base)
 	    RECLAIM_TRIES, path);
 }
 
+/*
+ * The one swap device, which must be empty: the swapoff at the end has to
+ * bring back only what this program put there, within SWAPOFF_SECONDS, and
+ * must not be done to a machine's swap in use.
+ */
 static void find_swap_device(void)
 {
 	char line[256], dev[128];
+	long long used = 0, u;
 	FILE *f = fopen("/proc/swaps", "r");
 
 	while (f && fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "%127s", dev) == 1 && dev[0] == '/') {
+		if (sscanf(line, "%127s %*s %*s %lld", dev, &u) == 2 &&
+		    dev[0] == '/') {
 			if (swap_dev[0])
 				die(1, "more than one swap device in /proc/swaps: the swapoff check needs exactly one");
 			snprintf(swap_dev, sizeof(swap_dev), "%s", dev);
+			used = u;
 		}
 	}
 	if (f)
 		fclose(f);
 	if (!swap_dev[0])
 		die(1, "no swap device in /proc/swaps (the lab's --zram SIZE)");
+	if (used)
+		die(1, "swap device %s has %lld kB in use: the swapoff check needs a swap device of its own (the lab's --zram SIZE)",
+		    swap_dev, used);
 }
 
 /*

@@ -85,7 +85,7 @@ static bool maps_page(long k, long page)
 	return !uneven(k) || page % FOLIO_PAGES;
 }
 
-/* 0 if @k's pages hold the pattern; else the first bad page, printed */
+/* 0 if @k's pages hold the pattern; else 1, the first bad word printed */
 static int check_data(const char *base, long k)
 {
 	for (long i = 0; i < nfolios * FOLIO_PAGES; i++) {
@@ -115,7 +115,7 @@ static void sharer(char *base, long k, int ready, int go)
 {
 	char c;
 
-	/* a parent that dies leaves no sharer behind in its cgroup */
+	/* a parent that dies leaves no sharer behind, waiting */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() == 1)
 		_exit(2);
 	if (uneven(k))
@@ -130,7 +130,10 @@ static void sharer(char *base, long k, int ready, int go)
 	_exit(check_data(base, k));
 }
 
-/* How many of @pid's pages of @base are swap entries; dies on a present one. */
+/*
+ * How many of the pages of @base that sharer @k maps are swap entries in
+ * @pid's page tables; dies if a page it unmapped is mapped again.
+ */
 static long swapped_pages(pid_t pid, long k, const char *base)
 {
 	char path[64];

@@ -19,10 +19,11 @@
  * order (or the reverse), so by the time pages 1-15 of a folio need a
  * continuation, its page 0 is @uneven counts behind.  The folios, and
  * nothing else, are charged to a memory cgroup of their own, whose
- * memory.reclaim swaps them out (MADV_PAGEOUT leaves shared folios alone).  Then every page of every process must be a
- * swap entry; each child in turn reads its pages back and checks them, and
- * exits, which walks the counts down through the continuation; the parent
- * checks its own and unmaps them.  Last, swapoff of the swap device must
+ * memory.reclaim swaps them out (MADV_PAGEOUT leaves shared folios
+ * alone).  Then every page of every process must be a swap entry; each
+ * child in turn reads its pages back and checks them, and exits, which
+ * walks the counts down through the continuation; the parent checks its
+ * own and unmaps them.  Last, swapoff of the swap device must
  * finish: swapoff waits for every entry's count to reach zero, so a count
  * that leaked keeps it looping until the alarm interrupts it.  The device
  * is then swapped on again.

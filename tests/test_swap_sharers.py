@@ -4,9 +4,9 @@ guest/anon-swap-sharers.c shares 64K folios with 80 children (81 mappings;
 a swap map entry counts 62 before it needs a continuation page), the first
 10 and the last 10 of which unmap page 0 of every folio, so that the entries
 of one folio reach SWAP_MAP_MAX at different times whichever way the rmap
-walk goes.  Reclaim swaps them out, every
-process reads its data back and exits, and swapoff must then finish: a swap
-count that leaked would keep it waiting for a mapping that is gone.
+walk goes.  Reclaim swaps them out, every process reads its data back and
+exits, and swapoff must then finish: a swap count that leaked would keep it
+waiting for a mapping that is gone.
 
 On the patched kernel the switch is tried on and off in one boot: on, every
 mapping is unmapped by the batched path, whose swap_duplicate_nr() must
@@ -81,9 +81,9 @@ def test_shared_beyond_swap_map_max_on_patched(patched_run):
     on = passed(runs, "anon_unmap=1")["counters"]
     off = passed(runs, "anon_unmap=0")["counters"]
     checks = runs["anon_unmap=1"]["result"]["checks"]
-    # on: every mapping went through the batched path, including the 19
-    # per folio past SWAP_MAP_MAX whose ranges swap_duplicate_nr() refused
-    # and raised entry by entry; off: none did
+    # on: every mapping went through the batched path, including the
+    # range of each folio that swap_duplicate_nr() refused when its entries
+    # reached SWAP_MAP_MAX and raised entry by entry; off: none did
     assert on["nr_tlb_anon_unmap_ptes_batched"] >= checks["swap_entries_mapped"], on
     assert on["nr_tlb_anon_unmap_batches_failed"] == 0, on
     assert off["nr_tlb_anon_unmap_ptes_batched"] == 0, off

@@ -60,8 +60,6 @@ static const char usage[] =
 #define FOLIO_KB	64
 #define FOLIO_PAGES	16
 #define WORDS		(PAGE_SIZE_4K / sizeof(uint64_t))
-#define PM_SWAP		(1ULL << 62)
-#define PM_PRESENT	(1ULL << 63)
 #define RECLAIM_TRIES	30
 #define SWAPOFF_SECONDS	60
 
@@ -137,20 +135,13 @@ static void sharer(char *base, long k, int ready, int go)
  */
 static long swapped_pages(pid_t pid, long k, const char *base)
 {
-	char path[64];
+	int fd = pagemap_open(pid);
 	long swapped = 0;
-	int fd;
 
-	snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)pid);
-	fd = open(path, O_RDONLY);
-	if (fd < 0)
-		die(1, "cannot open %s: %s", path, strerror(errno));
 	for (long i = 0; i < nfolios * FOLIO_PAGES; i++) {
-		off_t off = (off_t)((uintptr_t)base / PAGE_SIZE_4K + i) * 8;
-		uint64_t v;
+		uint64_t v = pagemap_read(fd, (uintptr_t)base +
+					  i * PAGE_SIZE_4K);
 
-		if (pread(fd, &v, 8, off) != 8)
-			die(1, "read of %s failed: %s", path, strerror(errno));
 		if (!maps_page(k, i)) {
 			if (v & (PM_PRESENT | PM_SWAP))
 				die(1, "sharer %ld: page %ld, unmapped before the swap-out, is mapped again (pagemap %#llx)",

@@ -54,12 +54,6 @@ static const char usage[] =
 #define FOLIO_PAGES	16	/* FOLIO_KB / 4K */
 #define WORDS		(PAGE_SIZE_4K / sizeof(uint64_t))
 
-#define PM_PFN		((1ULL << 55) - 1)
-#define PM_SOFT_DIRTY	(1ULL << 55)
-#define PM_EXCLUSIVE	(1ULL << 56)
-#define PM_UFFD_WP	(1ULL << 57)
-#define PM_SWAP		(1ULL << 62)
-#define PM_PRESENT	(1ULL << 63)
 
 /* mm/gup_test.h: not a uapi header, so the two requests are spelled here */
 struct pin_longterm_test {
@@ -113,12 +107,7 @@ static void check_data(const struct region *r, const char *when)
 
 static uint64_t pagemap(const struct region *r, int page)
 {
-	uint64_t v;
-	off_t off = (off_t)((uintptr_t)r->p / PAGE_SIZE_4K + page) * 8;
-
-	if (pread(pagemap_fd, &v, 8, off) != 8)
-		die(1, "read of /proc/self/pagemap failed: %s", strerror(errno));
-	return v;
+	return pagemap_read(pagemap_fd, (uintptr_t)r->p + page * PAGE_SIZE_4K);
 }
 
 enum want { WANT_PRESENT, WANT_SWAPPED, WANT_EITHER };
@@ -434,9 +423,7 @@ int main(int argc, char **argv)
 	pin_main(cpu);
 	mthp_set_only(FOLIO_KB);
 	find_zram();
-	pagemap_fd = open("/proc/self/pagemap", O_RDONLY);
-	if (pagemap_fd < 0)
-		die(1, "open /proc/self/pagemap: %s", strerror(errno));
+	pagemap_fd = pagemap_open(0);
 	if (use_wp) {
 		struct uffdio_api api = { .api = UFFD_API };
 

@@ -124,22 +124,15 @@ static void run_zap(struct phase *p, struct fields *checks, bool quick)
 	munmap(mem, keep * PAGE_SIZE_4K);
 }
 
-/* How many of the pages of @mem are swapped out (pagemap bit 62). */
+/* How many of the pages of @mem are swapped out. */
 static long swapped_pages(const char *mem, size_t pages)
 {
-	int fd = open("/proc/self/pagemap", O_RDONLY);
-	uint64_t entry;
+	int fd = pagemap_open(0);
 	long n = 0;
 
-	if (fd < 0)
-		die(1, "open /proc/self/pagemap: %s", strerror(errno));
-	for (size_t i = 0; i < pages; i++) {
-		off_t off = ((uintptr_t)mem / PAGE_SIZE_4K + i) * sizeof(entry);
-
-		if (pread(fd, &entry, sizeof(entry), off) != sizeof(entry))
-			die(1, "read /proc/self/pagemap: %s", strerror(errno));
-		n += (entry >> 62) & 1;
-	}
+	for (size_t i = 0; i < pages; i++)
+		n += swapped_entry(pagemap_read(fd, (uintptr_t)mem +
+						i * PAGE_SIZE_4K));
 	close(fd);
 	return n;
 }

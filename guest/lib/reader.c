@@ -71,28 +71,9 @@ static void cpu_relax(void)
 #endif
 }
 
-uint64_t pagemap_entry(int fd, uintptr_t addr)
-{
-	uint64_t e;
-
-	if (pread(fd, &e, sizeof(e), (off_t)(addr / PAGE_SIZE_4K) * 8) != sizeof(e))
-		return 0;
-	return e;
-}
-
-uint64_t present_pfn(uint64_t e)
-{
-	return (e >> 63) & 1 ? e & ((1ULL << 55) - 1) : 0;
-}
-
-bool swapped_entry(uint64_t e)
-{
-	return (e >> 62) & 1;
-}
-
 uint64_t pagemap_self(uintptr_t addr)
 {
-	return pagemap_entry(self_map, addr);
+	return pagemap_read(self_map, addr);
 }
 
 void random_tag(uint64_t *tag, uint64_t seed)
@@ -350,16 +331,40 @@ void helper_fail(const char *fmt, ...)
 	va_end(ap);
 }
 
-/* pages of the trial whose PTE in main's mm no longer maps the old PFN */
+/*
+ * The PFN @addr maps in the pagemap @fd, 0 if none; false after
+ * helper_fail() if the entry cannot be read.  Not pagemap_read(): the
+ * helper reports through ctl->error, and a guessed entry would count a
+ * page as taken away or reused that may not have been.
+ */
+static bool helper_pfn(int fd, uintptr_t addr, uint64_t *pfn)
+{
+	uint64_t e;
+
+	if (!pagemap_try(fd, addr, &e)) {
+		helper_fail("read of a pagemap entry failed: %s",
+			    errno ? strerror(errno) : "short read");
+		return false;
+	}
+	*pfn = present_pfn(e);
+	return true;
+}
+
+/*
+ * Pages of the trial whose PTE in main's mm no longer maps the old PFN;
+ * -1 after helper_fail().
+ */
 static int pages_moved(void)
 {
 	int moved = 0;
 
-	for (int i = 0; i < ctl->npages; i++)
-		if (present_pfn(pagemap_entry(hs.owner_map, ctl->va +
-					      i * PAGE_SIZE_4K)) !=
-		    ctl->victim_pfn[i])
-			moved++;
+	for (int i = 0; i < ctl->npages; i++) {
+		uint64_t pfn;
+
+		if (!helper_pfn(hs.owner_map, ctl->va + i * PAGE_SIZE_4K, &pfn))
+			return -1;
+		moved += pfn != ctl->victim_pfn[i];
+	}
 	return moved;
 }
 
@@ -372,7 +377,13 @@ static int pages_moved(void)
  */
 static bool reclaim_away(void)
 {
-	for (int k = 0; k < RECLAIM_TRIES && pages_moved() < ctl->npages; k++) {
+	for (int k = 0; k < RECLAIM_TRIES; k++) {
+		int moved = pages_moved();
+
+		if (moved < 0)
+			return false;
+		if (moved == ctl->npages)
+			break;
 		if (!write_text(ctl->reclaim, ctl->reclaim_arg) &&
 		    errno != EAGAIN) {
 			helper_fail("cannot write '%s' to %s: %s",
@@ -426,6 +437,10 @@ static void count_taken(const uint64_t *canary_pfn, int n)
 {
 	ctl->taken = pages_moved();
 	ctl->reused = 0;
+	if (ctl->taken < 0) {
+		ctl->taken = 0;
+		return;
+	}
 	for (int i = 0; i < ctl->npages; i++)
 		for (int k = 0; k < n; k++)
 			if (canary_pfn[k] == ctl->victim_pfn[i]) {
@@ -475,8 +490,9 @@ void helper_reuse_trial(void)
 		return;
 
 	for (int k = 0; k < hs.ncanary; k++)
-		canary_pfn[k] = present_pfn(pagemap_entry(hs.self_map,
-					(uintptr_t)hs.canary + k * PAGE_SIZE_4K));
+		if (!helper_pfn(hs.self_map, (uintptr_t)hs.canary +
+				k * PAGE_SIZE_4K, &canary_pfn[k]))
+			return;
 	count_taken(canary_pfn, hs.ncanary);
 }
 
@@ -654,9 +670,7 @@ void attack_init(const char *name, int first, int last)
 		   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (ctl == MAP_FAILED)
 		die(1, "mmap: %s", strerror(errno));
-	self_map = open("/proc/self/pagemap", O_RDONLY);
-	if (self_map < 0)
-		die(1, "cannot open /proc/self/pagemap: %s", strerror(errno));
+	self_map = pagemap_open(0);
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGBUS, &sa, NULL);
 }

@@ -30,12 +30,32 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #define PAGE_SIZE_4K	4096UL
 #define KiB		((size_t)1024)
 #define MiB		(1024 * KiB)
 #define GiB		(1024 * MiB)
 #define MAX_CPUS	1024
+
+/* --- pagemap.c: /proc/PID/pagemap (admin-guide/mm/pagemap.rst) --- */
+
+#define PM_PFN		((1ULL << 55) - 1)	/* bits 0-54, root only */
+#define PM_SOFT_DIRTY	(1ULL << 55)
+#define PM_EXCLUSIVE	(1ULL << 56)	/* page exclusively mapped */
+#define PM_UFFD_WP	(1ULL << 57)
+#define PM_SWAP		(1ULL << 62)
+#define PM_PRESENT	(1ULL << 63)
+
+/* /proc/@pid/pagemap, or /proc/self/pagemap for 0; dies if it cannot. */
+int pagemap_open(pid_t pid);
+/* The entry of @addr; dies, naming the reason, if it cannot be read. */
+uint64_t pagemap_read(int fd, uintptr_t addr);
+/* The same for callers that report failure their own way (errno; 0: short). */
+bool pagemap_try(int fd, uintptr_t addr, uint64_t *e);
+/* The PFN of a present entry, 0 if not present (or not root). */
+uint64_t present_pfn(uint64_t e);
+bool swapped_entry(uint64_t e);
 
 /* --- util.c: errors, time, argument parsing --- */
 
@@ -454,12 +474,7 @@ void helper_take_away(void);
 void helper_reuse_trial(void);
 /* Words 1..511 of a page, pseudo-random from @seed (splitmix64). */
 void random_tag(uint64_t *tag, uint64_t seed);
-/* pagemap entry of @addr in @fd (bit 63 present, 62 swapped, PFN: root). */
-uint64_t pagemap_entry(int fd, uintptr_t addr);
-uint64_t present_pfn(uint64_t e);
-/* is the page of pagemap entry @e in swap? */
-bool swapped_entry(uint64_t e);
-/* pagemap_entry() of main's own address @addr */
+/* pagemap_read() of main's own address @addr */
 uint64_t pagemap_self(uintptr_t addr);
 
 /* Never-used addresses: a reservation cut into slices with a guard between. */

@@ -38,7 +38,6 @@
 #include <sys/prctl.h>
 #include <sys/swap.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "unflush.h"

@@ -54,7 +54,6 @@ static const char usage[] =
 #define FOLIO_PAGES	16	/* FOLIO_KB / 4K */
 #define WORDS		(PAGE_SIZE_4K / sizeof(uint64_t))
 
-
 /* mm/gup_test.h: not a uapi header, so the two requests are spelled here */
 struct pin_longterm_test {
 	uint64_t addr;

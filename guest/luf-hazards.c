@@ -18,6 +18,12 @@
  *             installs a writable PTE to a new anonymous copy);
  *   write     R4: the helper process opens the file for writing and
  *             pwrite()s new data over the page;
+ *   dio       R4 and R6: as write, but with O_DIRECT: the new data goes
+ *             to the disk and no page-cache folio is dirtied.  The open
+ *             is R4's; with R4 switched off (--disable-rules 4, a debug
+ *             kernel) only R6's check in invalidate_inode_pages2_range(),
+ *             which the direct write calls before it writes, stands in
+ *             the way, so this is the mode that tests R6 alone;
  *   truncate  R4 and R6: the helper truncates the file below the page
  *             (truncate(2) on the path); the reader must get SIGBUS;
  *   remap     R5 (6.12's flush_tlb_batched_pending()): main maps another
@@ -75,8 +81,8 @@
 #include "unflush.h"
 
 static const char usage[] =
-"usage: luf-hazards cow|write|truncate|remap|reuse|demote|anon-write|anon-reuse|\n"
-"                   anon-move|anon-demote\n"
+"usage: luf-hazards cow|write|dio|truncate|remap|reuse|demote|anon-write|\n"
+"                   anon-reuse|anon-move|anon-demote\n"
 "                   [--trials N]\n"
 "                   [--pages N] [--dir DIR] [--linger N] [--disable-rules MASK]\n"
 "                   [--keep-going] [--quick]\n"
@@ -94,6 +100,8 @@ static const char usage[] =
 "               writes new data (COW fault into a none PTE)\n"
 "  write        R4: MAP_SHARED, PROT_READ; the helper opens the file for\n"
 "               writing and pwrite()s new data over the pages\n"
+"  dio          R4, R6: as write, with O_DIRECT (no page-cache folio is\n"
+"               dirtied); with R4 off (--disable-rules 4) R6 alone flushes\n"
 "  truncate     R4, R6: MAP_SHARED, PROT_READ; the helper truncates the file\n"
 "               below the pages: the reader must get SIGBUS\n"
 "  remap        R5: MAP_SHARED, PROT_READ; main maps another file at the same\n"
@@ -197,7 +205,7 @@ struct uffdio_move {
 #endif
 #define NEW_MAGIC	0x4E3E3000ULL	/* high 32 bits of word 0 of new data */
 
-enum mode { COW, WRITE, TRUNCATE, REMAP, REUSE, DEMOTE, ANON_WRITE,
+enum mode { COW, WRITE, DIO, TRUNCATE, REMAP, REUSE, DEMOTE, ANON_WRITE,
 	    ANON_REUSE, ANON_MOVE, ANON_DEMOTE };
 static const struct {
 	const char *rule;
@@ -205,6 +213,7 @@ static const struct {
 } modes[] = {
 	[COW]      = { "R3",    AFTER_NEW },
 	[WRITE]    = { "R4",    AFTER_NEW },
+	[DIO]      = { "R4,R6", AFTER_NEW },
 	[TRUNCATE] = { "R4,R6", AFTER_SIGBUS },
 	[REMAP]    = { "R5",    AFTER_NEW },
 	[REUSE]    = { "R1",    AFTER_SAME },
@@ -214,7 +223,7 @@ static const struct {
 	[ANON_MOVE]  = { "R5",  AFTER_NEW },
 	[ANON_DEMOTE] = { "R1", AFTER_SAME },
 };
-enum op { OP_TAKE = 1, OP_WRITE, OP_TRUNCATE, OP_REUSE, OP_DROP };
+enum op { OP_TAKE = 1, OP_WRITE, OP_DIO, OP_TRUNCATE, OP_REUSE, OP_DROP };
 
 static enum mode mode;
 static int lower_node = -1;	/* demote: the CPU-less node pages go to */
@@ -278,16 +287,21 @@ static void fill_page(uint64_t *q, uint64_t index, const uint64_t *tag)
 
 /* --- the helper's commands ------------------------------------------------- */
 
-/* write: new data over the trial's pages, through a file opened to write */
-static void helper_write(void)
+/*
+ * write and dio: new data over the trial's pages, through a file opened to
+ * write; dio's bypasses the page cache (O_DIRECT: the buffer, offset and
+ * length are whole pages)
+ */
+static void helper_write(bool direct)
 {
-	static uint64_t buf[TRIAL_MAX_PAGES][PAGE_WORDS];
+	static uint64_t buf[TRIAL_MAX_PAGES][PAGE_WORDS]
+		__attribute__((aligned(PAGE_SIZE_4K)));
 	size_t len = ctl->npages * PAGE_SIZE_4K;
 	int fd;
 
 	for (int i = 0; i < ctl->npages; i++)
 		fill_page(buf[i], ctl->new.index[i], ctl->new.tag);
-	fd = open(ctl->path, O_WRONLY);
+	fd = open(ctl->path, O_WRONLY | (direct ? O_DIRECT : 0));
 	if (fd < 0) {
 		helper_fail("cannot open %s for writing: %s", ctl->path,
 			    strerror(errno));
@@ -307,7 +321,8 @@ static void helper_op(int op)
 		helper_take_away();
 		break;
 	case OP_WRITE:
-		helper_write();
+	case OP_DIO:
+		helper_write(op == OP_DIO);
 		break;
 	case OP_TRUNCATE:
 		if (truncate(ctl->path, ctl->length))
@@ -583,6 +598,9 @@ static void hazard(struct run *r, uintptr_t va, long region)
 	case WRITE:
 		helper_command(OP_WRITE);
 		break;
+	case DIO:
+		helper_command(OP_DIO);
+		break;
 	case TRUNCATE:
 		helper_command(OP_TRUNCATE);
 		break;
@@ -739,7 +757,7 @@ static void own_arg(int i, char *value)
 int main(int argc, char **argv)
 {
 	static const char *const names[] = {
-		"cow", "write", "truncate", "remap", "reuse", "demote",
+		"cow", "write", "dio", "truncate", "remap", "reuse", "demote",
 		"anon-write", "anon-reuse", "anon-move", "anon-demote", NULL };
 	static const char *const own[] = { "dir", "disable-rules", NULL };
 	struct attack_args args = {

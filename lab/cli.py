@@ -9,8 +9,8 @@
   safety [options]      the safety suite: mm selftests, stress-ng --verify, splats
   insn-profile DIR      instructions per vCPU and kernel function of the windows
                         a `run --insn-profile DIR` recorded
-  check-series [--builds]  checkpatch --strict each patch; build each with the
-                        series' options on and off
+  check-series [--builds [--from N]]  checkpatch --strict each patch; build
+                        each (from patch N on) with the series' options on and off
 """
 
 import argparse
@@ -125,6 +125,9 @@ def parser():
     c = sub.add_parser("check-series", help="checkpatch and build every patch")
     c.add_argument("--builds", action="store_true",
                    help="also build the tree at every patch, series options on and off")
+    c.add_argument("--from", dest="first", type=int, metavar="N",
+                   help="with --builds: start at patch N (1 = the first), for a series "
+                        "whose earlier patches were built before")
     c.add_argument("-j", "--jobs", type=int, help="parallel jobs (default: CPUs+1)")
     return p
 
@@ -156,7 +159,7 @@ def main(argv=None):
             return insnprof.main(args)
         if args.cmd == "check-series":
             from lab import series_check
-            return series_check.run(args.builds, args.jobs)
+            return series_check.run(args.builds, args.jobs, args.first)
         if args.cmd == "safety":
             from lab import safety
             return safety.main(args)

@@ -108,14 +108,17 @@ def commits(src):
     return [tuple(line.split(" ", 1)) for line in log]
 
 
-def build_each(src, jobs=None):
-    """Build every commit of `src` with the series options on and off; stop
-    at the first failure with the patch's subject in the message."""
+def build_each(src, jobs=None, first=1):
+    """Build every commit of `src` from the `first`-th on with the series
+    options on and off; stop at the first failure with the patch's subject
+    in the message."""
     wt = worktree()
     lab_config = paths.CONFIG / "lab.config"
     off = off_fragment(wt / ".o-off")
     results = []
     for i, (sha, subject) in enumerate(commits(src), 1):
+        if i < first:
+            continue
         tree.git(wt, "checkout", "-q", "--detach", sha)
         # "on" depends on what the tree at this patch defines, "off" does not
         settings = {"on": [lab_config, on_fragment(wt, wt / ".o-on")],
@@ -133,11 +136,18 @@ def build_each(src, jobs=None):
     return results
 
 
-def run(builds=False, jobs=None):
+def run(builds=False, jobs=None, first=None):
+    if first is not None and not builds:
+        raise LabError("check-series --from N chooses where the builds start: "
+                       "give it with --builds")
+    first = 1 if first is None else first
     src = tree.ensure_patched()
     files = tree.series_files()
     if not files:
         raise LabError("patches/series is empty: nothing to check")
+    if not 1 <= first <= len(files):
+        raise LabError(f"check-series --from {first}: the series has patches 1 to "
+                       f"{len(files)}; give one of those")
     failed = []
     for i, patch in enumerate(files, 1):
         ok, summary = checkpatch(patch, src)
@@ -146,9 +156,9 @@ def run(builds=False, jobs=None):
         if not ok:
             failed.append(patch.name)
     if builds:
-        done = build_each(src, jobs)
+        done = build_each(src, jobs, first)
         say(f"check-series: {len(done)} builds passed "
-            f"({len(files)} patches x options on and off)")
+            f"(patches {first} to {len(files)} x options on and off)")
     if failed:
         raise LabError(f"checkpatch --strict complains about {', '.join(failed)}: "
                        f"fix them in build/patched and `make export`")

@@ -5,8 +5,8 @@ has open for writing without a TLB flush: the reader's CPU keeps a stale
 read-only translation to the old page, which is held until a flush.  Each
 mode of luf-hazards takes a page away lazily and then makes a fresh
 translation give other bytes (a COW write, a write through a file opened for
-writing, a truncation, a new mapping at the address, or reuse of the page);
-the reader must see the change.  demote is reuse with the page taken by
+writing, buffered or direct, a truncation, a new mapping at the address, or
+reuse of the page); the reader must see the change.  demote is reuse with the page taken by
 reclaim's demotion to a lower memory tier (its guest has a CPU-less node 1):
 an asynchronous migration, whose lazy source page migrate_folio_done()
 holds.  anon-write, anon-reuse and anon-move do the same to anonymous
@@ -21,7 +21,10 @@ to have teeth: every mode does (in its first trials) except truncate and
 remap, which are flushed by something their bit does not switch off
 (STILL_FLUSHED).  The debug checker must also warn on its own when the
 rules of the modes in CHECKER_WARNS are off, and stay silent, with every
-mode passing, when all rules are on.
+mode passing, when all rules are on.  R6 is checked alone through dio: a
+direct write passes R4 (the open) and then R6 (the page-cache invalidation
+before the write), so with R4 off the reader must still be right, flushed by
+R6.
 """
 
 import pytest
@@ -33,7 +36,7 @@ from stale_reads import (command, exits, records, run_clean, run_to_violation,
 
 pytestmark = pytest.mark.vm
 
-MODES = ("cow", "write", "truncate", "remap", "reuse", "demote",
+MODES = ("cow", "write", "dio", "truncate", "remap", "reuse", "demote",
          "anon-write", "anon-reuse", "anon-move", "anon-demote")
 TRIALS = 200       # per mode, lazy and undisturbed
 # modes that need a CPU-less node 1 in a lower memory tier to demote to;
@@ -45,7 +48,7 @@ SWAP_MODES = ("anon-write", "anon-reuse", "anon-move", "anon-demote")
 # disable_rules bits (debug kernels): 0 R1, 1 R3, 2 R4, 3 R5 (userfaultfd
 # only), 4 R6
 R1, R3, R4, R5, R6 = (1 << bit for bit in range(5))
-RULES = {"cow": R3, "write": R4, "truncate": R4 | R6, "remap": R5,
+RULES = {"cow": R3, "write": R4, "dio": R4 | R6, "truncate": R4 | R6, "remap": R5,
          "reuse": R1, "demote": R1, "anon-write": R3, "anon-reuse": R1,
          "anon-move": R5, "anon-demote": R1}
 
@@ -53,6 +56,7 @@ RULES = {"cow": R3, "write": R4, "truncate": R4 | R6, "remap": R5,
 # flush_tlb_batched_pending(), which has none)
 RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm",),
                 "write": ("nr_tlb_flush_luf_file",),
+                "dio": ("nr_tlb_flush_luf_file", "nr_tlb_flush_luf_inval"),
                 "truncate": ("nr_tlb_flush_luf_file", "nr_tlb_flush_luf_inval"),
                 "reuse": ("nr_tlb_flush_luf_special",),
                 "demote": ("nr_tlb_flush_luf_special",),
@@ -65,7 +69,7 @@ RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm",),
 # the canary, or zeroes (foreign) if the reader looked between the
 # allocator's clearing of the page and the canary's fill (seen in CI with
 # demote's one page per trial).
-KIND = {"cow": ("old",), "write": ("old",), "truncate": ("old",),
+KIND = {"cow": ("old",), "write": ("old",), "dio": ("old",), "truncate": ("old",),
         "remap": ("old",), "reuse": ("canary", "foreign"),
         "demote": ("canary", "foreign"), "anon-write": ("old",),
         "anon-reuse": ("canary", "foreign"), "anon-move": ("old",),
@@ -174,6 +178,27 @@ def test_mode_fails_without_its_rule(mode):
         assert rec["violations"] > 0 and rec["disable_rules"] == RULES[mode], rec
         assert rec["checks"]["luf_folios"] >= rec["pages_per_trial"], rec
         assert exits(output) == {mode: 1}, output[-3000:]
+
+
+def test_r6_alone_flushes_before_a_direct_write():
+    """dio with R4 switched off: the open for writing no longer flushes, and
+    no page-cache folio is dirtied (the checker's R4/R6 check has nothing to
+    see), so only R6's check in invalidate_inode_pages2_range(), which the
+    direct write calls before it writes, keeps the reader from the old
+    bytes.  With R6 off too, test_mode_fails_without_its_rule[dio] sees
+    them."""
+    modes = ["dio"]
+    results = run_clean(build.built("debug"), "luf-hazards", modes,
+                        f"--trials {TRIALS} --disable-rules {R4}", shape(modes))
+    rec = results["dio"]
+    counters = rec["counters"]
+    assert rec["trials"] == TRIALS and rec["violations"] == 0, rec
+    assert rec["disable_rules"] == R4, rec
+    assert rec["checks"]["luf_folios"] >= TRIALS * rec["pages_per_trial"], rec
+    # R4's flush never ran; R6's did, in most trials (the rest: a release
+    # by the timer or the cap came first)
+    assert counters["nr_tlb_flush_luf_file"] == 0, counters
+    assert counters["nr_tlb_flush_luf_inval"] >= TRIALS // 2, counters
 
 
 # The debug checker's warning when a mode's rule is missing: it must see the

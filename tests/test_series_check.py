@@ -10,6 +10,7 @@ export (README, "Working on the series").
 import pytest
 
 from lab import paths, series_check, tree
+from lab.errors import LabError
 
 BAD = """\
 From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
@@ -76,3 +77,14 @@ def test_on_fragment_keeps_only_the_options_a_patch_defines(tmp_path):
     assert "CONFIG_TLB_BATCHING_SWITCHES=y" in text.splitlines()
     assert "CONFIG_LUF" not in text
     assert series_check.defined_options(src, ["CONFIG_LUF"]) == []
+
+
+@pytest.mark.parametrize("builds, first, message", [
+    (False, 3, "give it with --builds"),
+    (True, 0, "the series has patches 1 to"),
+    (True, len(tree.series_files()) + 1, "the series has patches 1 to"),
+])
+def test_a_bad_first_patch_is_refused_before_any_work(src, builds, first, message):
+    # refused before checkpatch runs or anything is built
+    with pytest.raises(LabError, match=message):
+        series_check.run(builds=builds, first=first)

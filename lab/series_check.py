@@ -6,9 +6,10 @@ For each patch of patches/series, in order:
               patched tree, so the script matches the kernel): no error,
               warning or check;
   builds      (with --builds) the tree at that patch builds a bzImage with
-              the options of config/series.config on, and again with them
-              all off, so that no patch depends on a later one and the
-              series compiles out cleanly.
+              the options of config/series.config and of
+              config/series-debug.config (the LUF checker, the KUnit
+              test) on, and again with them all off, so that no patch
+              depends on a later one and the series compiles out cleanly.
 
 The builds run in build/series-check, a detached worktree moved from commit
 to commit, with one object directory per setting one level below it: kbuild
@@ -47,9 +48,15 @@ def checkpatch(patch, src):
     return ok, m.group(0) + ("" if ok else ": " + "; ".join(problems[:3]))
 
 
+# the series' own options: the mechanisms, and the debug options only the
+# debug kernel turns on (otherwise the checker would be built at its patch
+# by no one)
+SERIES_FRAGMENTS = ("series.config", "series-debug.config")
+
+
 def series_options():
-    """The CONFIG_ names config/series.config sets."""
-    names = build.wanted_options([paths.CONFIG / "series.config"])
+    """The CONFIG_ names the SERIES_FRAGMENTS set."""
+    names = build.wanted_options([paths.CONFIG / f for f in SERIES_FRAGMENTS])
     return sorted(names)
 
 
@@ -71,12 +78,13 @@ def defined_options(src, names):
 
 
 def on_fragment(src, out):
-    """config/series.config, less what `src` does not define yet, written
+    """The SERIES_FRAGMENTS, less what `src` does not define yet, written
     into `out`: a patch is built with the series options it has so far (the
     first has no CONFIG_LUF, and Kconfig would silently drop it)."""
     out.mkdir(parents=True, exist_ok=True)
     have = set(defined_options(src, series_options()))
-    lines = (paths.CONFIG / "series.config").read_text().splitlines()
+    lines = [line for f in SERIES_FRAGMENTS
+             for line in (paths.CONFIG / f).read_text().splitlines()]
     kept = []
     for line in lines:
         m = build.CONFIG_LINE.match(line.strip())

@@ -78,6 +78,20 @@ def test_icount_serialises_vcpus():
     assert "tcg,thread=single" in cmd
 
 
+@pytest.mark.parametrize("config, args", [
+    ("CONFIG_KASAN=y\nCONFIG_LUF=y\n", ["no5lvl"]),
+    ("# CONFIG_KASAN is not set\nCONFIG_LUF=y\n", []),
+    (None, []),
+])
+def test_kasan_kernels_boot_with_4_level_paging(tmp_path, config, args):
+    if config is not None:
+        (tmp_path / ".config").write_text(config)
+    kernel = build.Kernel("debug", tmp_path / "bzImage", "6.12.117", tmp_path)
+    assert vm.kernel_args(kernel) == args
+    cmd = vm.qemu_command("bz", "i", vm.VMShape(), "c", "o", "tcg", vm.kernel_args(kernel))
+    assert ("no5lvl" in cmd[cmd.index("-append") + 1].split()) == bool(args)
+
+
 def test_splat_patterns():
     console = ("[ 1.0] ok\n[ 2.0] BUG: KASAN: use-after-free in foo\n"
                "[ 3.0] WARNING: possible circular locking dependency detected\n"

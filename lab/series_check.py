@@ -147,7 +147,7 @@ def build_each(src, jobs=None, first=1):
 def run(builds=False, jobs=None, first=None):
     if first is not None and not builds:
         raise LabError("check-series --from N chooses where the builds start: "
-                       "give it with --builds")
+                       "give it with --builds", exit_code=2)
     first = 1 if first is None else first
     src = tree.ensure_patched()
     files = tree.series_files()
@@ -155,7 +155,7 @@ def run(builds=False, jobs=None, first=None):
         raise LabError("patches/series is empty: nothing to check")
     if not 1 <= first <= len(files):
         raise LabError(f"check-series --from {first}: the series has patches 1 to "
-                       f"{len(files)}; give one of those")
+                       f"{len(files)}; give one of those", exit_code=2)
     failed = []
     for i, patch in enumerate(files, 1):
         ok, summary = checkpatch(patch, src)

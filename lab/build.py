@@ -76,7 +76,8 @@ def fragments(variant):
 
 
 def wanted_options(frags):
-    """CONFIG_X -> value ('n' for 'is not set') as the fragments ask."""
+    """CONFIG_X -> value ('n' for 'is not set') as the files set them:
+    config/ fragments, or a build's .config."""
     wanted = {}
     for frag in frags:
         for line in frag.read_text().splitlines():
@@ -131,11 +132,7 @@ def check_config(config, frags):
     Kconfig silently drops an option whose dependencies are unmet; the
     experiments would then measure a kernel without, say, madvise().
     """
-    have = {}
-    for line in config.read_text().splitlines():
-        m = CONFIG_LINE.match(line)
-        if m:
-            have[m.group(1) or m.group(3)] = m.group(2) if m.group(1) else "n"
+    have = wanted_options([config])
     for name, value in wanted_options(frags).items():
         if have.get(name, "n") != value:
             raise LabError(f"{name}={value} from config/ did not survive olddefconfig "

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab import initramfs, paths
+from lab import build, initramfs, paths
 from lab.errors import LabError
 from lab.progress import Progress
 
@@ -111,10 +111,9 @@ def kernel_args(kernel):
     fails the run.
     """
     config = Path(kernel.objdir) / ".config"
-    try:
-        kasan = "CONFIG_KASAN=y" in config.read_text().splitlines()
-    except FileNotFoundError:
-        kasan = False
+    if not config.exists():
+        return []
+    kasan = build.wanted_options([config]).get("CONFIG_KASAN") == "y"
     return ["no5lvl"] if kasan else []
 
 

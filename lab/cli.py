@@ -6,6 +6,7 @@
   build [VARIANT...]    build kernels (vanilla, patched, debug)
   run [options] -- CMD  boot a kernel and run CMD in it
   bench [options]       run the benchmark suite and write a report
+  report DIR            write DIR/report.md and plots again from DIR/results.json
   safety [options]      the safety suite: mm selftests, stress-ng --verify, splats
   insn-profile DIR      instructions per vCPU and kernel function of the windows
                         a `run --insn-profile DIR` recorded
@@ -114,6 +115,8 @@ def parser():
     r.add_argument("command", nargs=argparse.REMAINDER)
     from lab import bench_args
     bench_args.add(sub.add_parser("bench", help="run the benchmark suite"))
+    rp = sub.add_parser("report", help="re-write a bench's report from its results.json")
+    rp.add_argument("dir", help="a bench's results directory")
     from lab import safety
     safety.add_arguments(sub.add_parser("safety", help="run the safety suite"))
     ip = sub.add_parser("insn-profile", help="print the windows of run --insn-profile")
@@ -130,6 +133,28 @@ def parser():
                         "whose earlier patches were built before")
     c.add_argument("-j", "--jobs", type=int, help="parallel jobs (default: CPUs+1)")
     return p
+
+
+def cmd_report(out):
+    """The report again, from results.json alone: after the lab's report
+    changed, or to read an old run with today's verdicts."""
+    from lab import report
+    path = out / "results.json"
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise LabError(f"no {path}: give the directory a `bench` wrote "
+                       "(a bench that did not finish writes none)", exit_code=2)
+    except ValueError as e:
+        raise LabError(f"{path} is not JSON ({e}): nothing written", exit_code=2)
+    missing = [k for k in ("meta", "experiments", "failures")
+               if not isinstance(doc, dict) or k not in doc]
+    if missing:
+        raise LabError(f"{path} is not a bench's results (no {', '.join(missing)}): "
+                       "nothing written", exit_code=2)
+    report.write(out, doc)
+    print(f"report: wrote {out}/report.md")
+    return 0
 
 
 def main(argv=None):
@@ -154,6 +179,8 @@ def main(argv=None):
             return cmd_run(args)
         if args.cmd == "bench":
             return cmd_bench(args)
+        if args.cmd == "report":
+            return cmd_report(Path(args.dir))
         if args.cmd == "insn-profile":
             from lab import insnprof
             return insnprof.main(args)

@@ -142,6 +142,88 @@ def table(exp_id, configs):
     return "\n".join(lines)
 
 
+# Rates: more is better.  Every other cost is better lower.
+HIGHER_IS_BETTER = ("_per_s", "_per_cpu_s")
+
+
+def is_cost(name):
+    """Guest time, a rate or latency, instructions per operation: not a count."""
+    return (name == "elapsed_s" or name.endswith(TIME_SUFFIXES)
+            or (name.startswith("insns/") and name.endswith("_per_op")))
+
+
+def against_spread(base, other, name):
+    """'worse' or 'better' when the [min-max] of @other lies wholly on one
+    side of @base's, else 'within': the run-to-run spread is the only
+    yardstick a same-run comparison has."""
+    _, lo, hi = base
+    _, olo, ohi = other
+    if name.endswith(HIGHER_IS_BETTER):
+        lo, hi, olo, ohi = -hi, -lo, -ohi, -olo
+    if olo > hi:
+        return "worse"
+    if ohi < lo:
+        return "better"
+    return "within"
+
+
+def spread_verdicts(doc):
+    """(experiment, kernel, metric, vanilla, kernel's, verdict) for every cost
+    of every kernel (not its switch-off runs) measured beside vanilla, with
+    at least two repetitions each: one run has no spread to judge by."""
+    out = []
+    for exp_id in sorted(doc["experiments"], key=suite_order):
+        configs = doc["experiments"][exp_id]
+        if len(configs.get("vanilla", [])) < 2:
+            continue
+        kernels = [c for c in config_order(configs)
+                   if c != "vanilla" and "/" not in c and len(configs[c]) >= 2]
+        for name in filter(is_cost, metrics_of(configs)):
+            base = summary([metric_value(r, name) for r in configs["vanilla"]])
+            for k in kernels:
+                other = summary([metric_value(r, name) for r in configs[k]])
+                if base and other:
+                    out.append((exp_id, k, name, base, other,
+                                against_spread(base, other, name)))
+    return out
+
+
+def plural(n, noun):
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def spread_section(doc):
+    """The report's verdict on regressions: costs outside the spread."""
+    verdicts = spread_verdicts(doc)
+    lines = ["## Outside the run-to-run spread", ""]
+    if not verdicts:
+        return lines + ["Nothing to judge: a kernel and vanilla need two repetitions "
+                        "each of the same experiment (`-r 2` or more).", ""]
+    worse = [v for v in verdicts if v[5] == "worse"]
+    better = [v for v in verdicts if v[5] == "better"]
+    n_exp = len({v[0] for v in verdicts})
+    lines += [f"Each cost (time, instructions per operation, a latency, or a rate, where "
+              f"more is better) of each kernel against vanilla's, by the [min-max] of "
+              f"their repetitions: worse when every repetition did worse than every one "
+              f"of vanilla's, better the other way round. Counts are not judged here: "
+              f"they are exact, and their change is what a mechanism does. Under "
+              f"`--icount` the spread is a few instructions, so any instruction a "
+              f"kernel adds to a path shows. {plural(len(verdicts), 'cost')} in "
+              f"{plural(n_exp, 'experiment')}: {len(worse)} worse, {len(better)} better, "
+              f"{len(verdicts) - len(worse) - len(better)} within the spread.", ""]
+    for title, rows in (("Worse", worse), ("Better", better)):
+        if not rows:
+            continue
+        lines += [f"{title}:", "",
+                  "| experiment | metric | kernel | vanilla | kernel's | kernel/vanilla |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {e} | {m} | {k} | {cell(b, m)} | {cell(o, m)} | "
+                  + (f"{o[0] / b[0]:.3f} |" if b[0] else "- |")
+                  for e, k, m, b, o, _ in rows]
+        lines.append("")
+    return lines
+
+
 def suite_order(exp_id):
     """Experiments in the suite's order (by seed), phases after their parent."""
     ids = [e.id for e in suite.EXPERIMENTS]
@@ -178,6 +260,7 @@ def write(out, doc):
         parts += [f"- {f['experiment']} on {f['configuration']} (round {f['round'] + 1}, "
                   f"exit {f['exit']}): {f['message']}" for f in doc["failures"]]
         parts.append("")
+    parts += spread_section(doc)
     plots = make_plots(out, doc)
     for exp_id in sorted(doc["experiments"], key=suite_order):
         parts += [f"## {exp_id}", "", table(exp_id, doc["experiments"][exp_id]), ""]

@@ -173,3 +173,49 @@ def test_instruction_windows_pair_with_results(tmp_path):
     # and the report shows them with the counts
     rows = report.metrics_of({"patched": recs})
     assert "insns/vcpu0_per_op" in rows
+
+
+def test_spread_verdict_needs_ranges_apart():
+    lower = "insns/vcpu0_per_op"
+    assert report.against_spread((10, 9, 11), (12, 11.5, 13), lower) == "worse"
+    assert report.against_spread((10, 9, 11), (11, 11, 13), lower) == "within"
+    assert report.against_spread((10, 9, 11), (8, 7, 8.5), lower) == "better"
+    # a rate: more is better
+    assert report.against_spread((10, 9, 11), (8, 7, 8.5), "write_ops_per_s") == "worse"
+    assert report.against_spread((10, 9, 11), (12, 12, 13), "write_ops_per_s") == "better"
+
+
+def test_report_lists_costs_outside_the_spread(tmp_path):
+    reps = lambda xs: [json.loads(rec("x", t, 1, nr_tlb_remote_flush=i)[15:]) for t, i in xs]
+    doc = {"meta": {"date": "d", "host": "h", "mode": "tcg", "quick": True, "reps": 2,
+                    "kernels": {"vanilla": {"release": "6.12.117"}}, "series": []},
+           "experiments": {
+               # slower in every repetition, and a count that fell: only time is judged
+               "swap-loop": {"vanilla": reps([(1.0, 10), (1.1, 10)]),
+                             "patched": reps([(1.3, 1), (1.2, 1)]),
+                             "patched/unmap_flush=0": reps([(9.0, 10), (9.0, 10)])},
+               "migrate-loop": {"vanilla": reps([(1.0, 5), (2.0, 5)]),
+                                "patched": reps([(1.5, 5), (2.5, 5)])},
+               # one repetition of vanilla: no spread, not judged
+               "pageout-mthp/4K": {"vanilla": reps([(1.0, 1)]),
+                                   "patched": reps([(5.0, 1), (5.0, 1)])}},
+           "failures": []}
+    verdicts = report.spread_verdicts(doc)
+    assert [(e, k, m, v) for e, k, m, _, _, v in verdicts] == [
+        ("swap-loop", "patched", "elapsed_s", "worse"),
+        ("migrate-loop", "patched", "elapsed_s", "within")]
+    report.write(tmp_path, doc)
+    text = (tmp_path / "report.md").read_text()
+    assert "2 costs in 2 experiments: 1 worse, 0 better, 1 within the spread." in text
+    assert "| swap-loop | elapsed_s | patched | 1.05 [1-1.1] | 1.25 [1.2-1.3] | 1.190 |" in text
+    assert "Better:" not in text
+
+
+def test_report_says_when_there_is_no_spread(tmp_path):
+    reps = lambda xs: [json.loads(rec("x", t, 1)[15:]) for t in xs]
+    doc = {"meta": {"date": "d", "host": "h", "mode": "tcg", "quick": True, "reps": 1,
+                    "kernels": {"vanilla": {"release": "6.12.117"}}, "series": []},
+           "experiments": {"swap-loop": {"vanilla": reps([1.0]), "patched": reps([2.0])}},
+           "failures": []}
+    report.write(tmp_path, doc)
+    assert "Nothing to judge" in (tmp_path / "report.md").read_text()

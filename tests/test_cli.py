@@ -1,5 +1,6 @@
 """Bad input to the lab's command line: one clear line, non-zero exit."""
 
+import json
 import subprocess
 import sys
 
@@ -47,3 +48,32 @@ def test_unknown_command_shows_usage():
     proc = lab("frobnicate")
     assert proc.returncode == 2
     assert "invalid choice" in proc.stderr
+
+
+def test_report_of_a_directory_without_results(tmp_path):
+    proc = lab("report", str(tmp_path))
+    one_line_error(proc, "results.json", "bench")
+    assert proc.returncode == 2
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_report_of_results_that_are_not_a_bench(tmp_path):
+    (tmp_path / "results.json").write_text('{"meta": {}}\n')
+    one_line_error(lab("report", str(tmp_path)), "not a bench's results", "experiments")
+    (tmp_path / "results.json").write_text("{half")
+    one_line_error(lab("report", str(tmp_path)), "not JSON")
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_report_rewritten_from_results(tmp_path):
+    rep = {"experiment": "swap-loop", "elapsed_s": 1.0, "tlb_shootdown_irqs": 0,
+           "counters": {}, "checks": {}, "missing": []}
+    doc = {"meta": {"date": "d", "host": "h", "mode": "tcg", "quick": True, "reps": 2,
+                    "kernels": {"vanilla": {"release": "6.12.117"}}, "series": []},
+           "experiments": {"swap-loop": {"vanilla": [rep, rep], "patched": [rep, rep]}},
+           "failures": []}
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    proc = lab("report", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "1 cost in 1 experiment: 0 worse, 0 better, 1 within the spread." in \
+        (tmp_path / "report.md").read_text()

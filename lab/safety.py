@@ -220,8 +220,25 @@ mthp=$(ls -d $T/hugepages-* 2>/dev/null | wc -l) \
 hugetlb=$(ls /sys/kernel/mm/hugepages | tr '\n' ' ')"
 """
 
+# busybox tr knows no [:graph:], which run_vmtests.sh asks for to draw the
+# rule above and below each program's name ("running ./soft-dirty" came out
+# as "-unnin--./soft-di-ty"); in the C locale graph is alnum and punct.
+TR_SHIM = r"""#!/bin/sh
+for arg; do
+	shift
+	case $arg in
+	*"[:graph:]"*) arg=$(printf '%s' "$arg" | sed 's/\[:graph:\]/[:alnum:][:punct:]/g') ;;
+	esac
+	set -- "$@" "$arg"
+done
+exec busybox tr "$@"
+"""
+
 SELFTEST_SCRIPT = r"""
 export PATH=/safety/bin:$PATH
+cat >/safety/bin/tr <<'EOF'
+""" + TR_SHIM + r"""EOF
+chmod +x /safety/bin/tr
 cd /safety/mm
 # run_vmtests.sh raises nr_hugepages to 128 (256 MiB) itself, but puts back
 # the value it found after the userfaultfd tests: reserved here, the huge

@@ -458,3 +458,16 @@ def test_selftests_really_ran(quick_run):
     assert vanilla["subtests"]["passed"] >= MIN_SUBTESTS_PASSED
     for skipped in vanilla["skipped"]:
         assert skipped["reason"], skipped
+
+
+def test_tr_shim_draws_run_vmtests_rules(tmp_path):
+    """run_vmtests.sh's `tr "[:graph:][:space:]" -` through the guest's
+    busybox: every character becomes a dash, and other uses pass through."""
+    assert shutil.which("busybox"), "busybox-static missing: run `python3 -m lab setup`"
+    shim = tmp_path / "tr"
+    shim.write_text(safety.TR_SHIM)
+    tr = lambda text, *args: subprocess.run(["sh", str(shim), *args], input=text,
+                                            capture_output=True, text=True).stdout
+    assert tr("running ./soft-dirty", "[:graph:][:space:]", "-") == "-" * 20
+    assert tr("a\nb\n", "\\n", " ") == "a b "
+    assert safety.TR_SHIM in safety.SELFTEST_SCRIPT

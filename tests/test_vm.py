@@ -107,3 +107,10 @@ def test_newc_archive_is_readable_by_cpio(tmp_path):
     out = subprocess.run(["cpio", "-t", "-F", str(tmp_path / "a.cpio")],
                          capture_output=True, text=True)
     assert out.stdout.split() == ["d", "d/f"]
+
+
+def test_progress_shows_the_last_line_that_says_something(tmp_path):
+    out = tmp_path / "output.log"
+    out.write_text("# ----------------------\n# running ./soft-dirty\n"
+                   "# ----------------------\nUNFLUSH-RESULT {}\n\n")
+    assert vm._last_line(out, vm.PROGRESS_SKIP) == "# running ./soft-dirty"

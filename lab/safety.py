@@ -1,7 +1,7 @@
 """The safety suite: `python3 -m lab safety [--soak] [--kernels ...]`.
 
 A kernel that defers TLB flushes must lose nothing and leak nothing.  For
-each kernel the suite boots two guests:
+each kernel the suite boots a guest per part (four for luf-hazards):
 
   selftests  the kernel's own mm selftests (tools/testing/selftests/mm of
              build/patched, built on the host) through their runner,
@@ -14,6 +14,11 @@ each kernel the suite boots two guests:
              slower node and NUMA balancing, with THP and mTHP on, and one
              phase run from a disk filesystem, whose clean read-only-mapped
              text and data reclaim takes away (what LUF unmaps lazily);
+  stale-tlb  guest/stale-tlb: a reader against reclaim, migration and swap-out
+             that refill the pages it lost with a canary;
+  luf-hazards  guest/luf-hazards, every mode, on the kernels that have LUF:
+             pages taken away lazily, then changed under a fresh translation
+             (one boot per group of modes, lab/luf_hazards.py).
 
 It then compares patched with vanilla and debug with vanilla-debug (the
 unpatched kernel built the same way), prints one table per kernel and
@@ -29,7 +34,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from lab import build, datadisk, paths, safety_build, vm
+from lab import build, datadisk, luf_hazards, paths, safety_build, vm
 from lab import safety_parse as parse
 from lab.errors import LabError
 from lab.progress import say
@@ -45,7 +50,9 @@ BASELINE = {"patched": "vanilla", "debug": "vanilla-debug"}
 # process takes away (reclaim, migration, anon swap-out) and refills with a
 # canary; any read of the canary is a violation (docs/stale-tlb.md).
 STALE_TLB_MODES = ("reclaim", "migrate", "anon", "anon-32k")
-PARTS = ("selftests", "stress", "stale-tlb")
+# The kernels built from the series, which have LUF: luf-hazards needs it.
+LUF_KERNELS = ("patched", "debug")
+PARTS = ("selftests", "stress", "stale-tlb", "luf-hazards")
 
 
 # --- what is run ----------------------------------------------------------------
@@ -191,6 +198,21 @@ def stale_tlb_shape(soak, variant):
 def stale_tlb_script(soak):
     return "".join(f"stale-tlb {m} --trials {stale_tlb_trials(soak)}; "
                    f"echo SAFETY-STALE-EXIT {m} $?\n" for m in STALE_TLB_MODES)
+
+
+def luf_trials(soak):
+    return 3000 if soak else 100
+
+
+def luf_shape(modes, soak, variant):
+    # a trial takes under 0.1 s on patched under TCG; the rest is margin
+    seconds = len(modes) * luf_trials(soak) * 0.5 * SLOWDOWN[variant]
+    return luf_hazards.shape(modes, timeout=seconds + 300)
+
+
+def luf_script(modes, soak):
+    return "".join(f"luf-hazards {m} --trials {luf_trials(soak)}; "
+                   f"echo SAFETY-LUF-EXIT {m} $?\n" for m in modes)
 
 
 def selftest_categories(soak):
@@ -377,6 +399,7 @@ class KernelRun:
     seconds: dict = field(default_factory=dict)
     reruns: list | None = None  # runs of the categories that regressed, one per boot
     stale: dict | None = None   # stale-tlb by mode, from parse.parse_stale_tlb()
+    luf: dict | None = None     # luf-hazards by mode, from parse.parse_trials()
 
 
 def run_guest(kernel, what, script, shape, outdir, kr, layer):
@@ -432,6 +455,13 @@ def run_kernel(variant, soak, layer, outdir, parts=PARTS):
         out = run_guest(kernel, "stale-tlb", stale_tlb_script(soak),
                         stale_tlb_shape(soak, variant), outdir, kr, layer)
         kr.stale = parse.parse_stale_tlb(out, STALE_TLB_MODES)
+    if "luf-hazards" in parts and variant in LUF_KERNELS:
+        kr.luf = {}
+        for modes in luf_hazards.groups():
+            out = run_guest(kernel, f"luf-hazards-{modes[0]}", luf_script(modes, soak),
+                            luf_shape(modes, soak, variant), outdir, kr, layer)
+            kr.luf.update(parse.parse_trials(out, "luf-hazards", modes,
+                                             "SAFETY-LUF-EXIT"))
     return kr
 
 
@@ -530,7 +560,10 @@ def summarize(kr, baseline=None):
                        for p in kr.phases},
             "vmstat": {k: vmstat.get(k, 0) for k in UNMAP_COUNTERS},
         },
-        "stale_tlb": stale_tlb_entry(kr.stale),
+        "stale_tlb": trials_entry(kr.stale, "not run (--only)"),
+        "luf_hazards": trials_entry(
+            kr.luf, "not run: no LUF in this kernel" if kr.variant not in LUF_KERNELS
+            else "not run (--only)"),
         "splats": kr.splats,
         "guest_errors": kr.errors,
         "environment": kr.env,
@@ -559,13 +592,13 @@ def summarize(kr, baseline=None):
             if p.verification_errors and not p.failures:
                 problems.append(f"stress {p.name}: stress-ng "
                                 f"{parse.STRESS_EXIT.get(p.exit, 'did not finish')}")
-    if kr.stale is not None:
-        for mode, m in kr.stale.items():
+    for program, results in (("stale-tlb", kr.stale), ("luf-hazards", kr.luf)):
+        for mode, m in (results or {}).items():
             if m["violations"]:
-                problems.append(f"stale-tlb {mode}: {m['violations']} reads through a "
+                problems.append(f"{program} {mode}: {m['violations']} reads through a "
                                 f"stale translation, e.g. {m['first']}")
             elif m["exit"] != 0:
-                problems.append(f"stale-tlb {mode}: exit {m['exit']}: {m['message']}")
+                problems.append(f"{program} {mode}: exit {m['exit']}: {m['message']}")
     problems += [f"splat: {s}" for s in kr.splats]
     problems += [f"guest: {e}" for e in kr.errors]
     if kr.tests == [] and not kr.errors and "selftests" in kr.seconds:
@@ -575,12 +608,14 @@ def summarize(kr, baseline=None):
     return entry
 
 
-def stale_tlb_entry(stale):
-    if stale is None:
-        return {"trials": 0, "violations": 0, "note": "not run (--only)"}
-    return {"trials": sum(m["trials"] for m in stale.values()),
-            "violations": sum(m["violations"] for m in stale.values()),
-            "modes": stale}
+def trials_entry(results, note):
+    """stale-tlb's or luf-hazards' entry: totals and each mode; @note says
+    why there are no results."""
+    if results is None:
+        return {"trials": 0, "violations": 0, "note": note}
+    return {"trials": sum(m["trials"] for m in results.values()),
+            "violations": sum(m["violations"] for m in results.values()),
+            "modes": results}
 
 
 def table(variant, entry):
@@ -612,12 +647,15 @@ def table(variant, entry):
         lines += [f"      skipped {s}" for s in p["skipped"]]
     vm_ = sr["vmstat"]
     lines.append("    vmstat: " + ", ".join(f"{k} {vm_[k]}" for k in UNMAP_COUNTERS))
-    stale = entry["stale_tlb"]
-    lines.append(f"  stale_tlb  {stale['trials']} trials, {stale['violations']} violations"
-                 + (f" ({stale['note']})" if "note" in stale else ""))
-    for mode, m in stale.get("modes", {}).items():
-        lines.append(f"    {mode}: {m['trials']} trials, {m['violations']} violations, "
-                     f"exit {m['exit']}")
+    for key in ("stale_tlb", "luf_hazards"):
+        part = entry[key]
+        lines.append(f"  {key:<10} {part['trials']} trials, {part['violations']} violations"
+                     + (f" ({part['note']})" if "note" in part else ""))
+        for mode, m in part.get("modes", {}).items():
+            lazy = (f", {m['luf_folios']} folios unmapped lazily"
+                    if "luf_folios" in m else "")
+            lines.append(f"    {mode}: {m['trials']} trials, {m['violations']} violations"
+                         f"{lazy}, exit {m['exit']}")
     lines.append(f"  splats     {len(entry['splats'])}")
     lines += [f"    {s}" for s in entry["splats"][:10]]
     for p in entry["problems"]:
@@ -685,8 +723,9 @@ def run(kernels=("vanilla", "patched"), soak=False, parts=PARTS):
 
 def add_arguments(p):
     p.add_argument("--soak", action="store_true",
-                   help="every selftest category and long stress phases (hours "
-                        "under TCG) instead of the quick subset")
+                   help="every selftest category, long stress phases and 3000 "
+                        "trials per mode of stale-tlb and luf-hazards (hours under "
+                        "TCG) instead of the quick subset")
     p.add_argument("-k", "--kernels", default="vanilla,patched",
                    help="comma-separated: vanilla, patched, debug, vanilla-debug "
                         "(default vanilla,patched); patched is compared with "

@@ -367,16 +367,19 @@ def parse_metrics_yaml(text):
     return ops
 
 
-# --- stale-tlb ----------------------------------------------------------------
+# --- stale-tlb and luf-hazards ------------------------------------------------
 
-STALE_EXIT = re.compile(r"^SAFETY-STALE-EXIT (\S+) (\d+)$")
+# the line the suite's script echoes after each mode: tag, mode, exit status
+TRIALS_EXIT = re.compile(r"^(SAFETY-\S+-EXIT) (\S+) (\d+)$")
 
 
-def parse_stale_tlb(output, modes):
-    """Per mode of guest/stale-tlb: trials run, violations seen, exit status.
+def parse_trials(output, program, modes, exit_tag):
+    """Per mode of a guest program that runs trials against a reader
+    (guest/stale-tlb, guest/luf-hazards): trials run, violations seen, exit
+    status, and for luf-hazards the folios it saw unmapped lazily.
 
-    A violation line is printed the moment the reader sees foreign data, so
-    it counts even if the guest died before the program reported; a mode
+    A violation line is printed the moment the reader sees the wrong data,
+    so it counts even if the guest died before the program reported; a mode
     with no exit line did not finish (exit -1)."""
     out = {m: {"trials": 0, "violations": 0, "exit": -1, "message": "", "first": ""}
            for m in modes}
@@ -388,21 +391,27 @@ def parse_stale_tlb(output, modes):
                 rec = json.loads(rest)
             except ValueError:
                 continue
-            mode = rec.get("experiment", "").removeprefix("stale-tlb/")
+            mode = rec.get("experiment", "").removeprefix(program + "/")
             if mode not in out:
                 continue
             if tag == "UNFLUSH-RESULT":
                 out[mode]["trials"] += rec.get("trials", 0)
+                if "luf_folios" in rec.get("checks", {}):
+                    out[mode]["luf_folios"] = rec["checks"]["luf_folios"]
             else:
                 out[mode]["violations"] += 1
                 out[mode]["first"] = out[mode]["first"] or rest[:200]
-        elif m := STALE_EXIT.match(line):
-            if m.group(1) in out:
-                out[m.group(1)]["exit"] = int(m.group(2))
-                out[m.group(1)]["message"] = last.get(m.group(1), "")
-        elif line.startswith("stale-tlb: "):
+        elif (m := TRIALS_EXIT.match(line)) and m.group(1) == exit_tag:
+            if m.group(2) in out:
+                out[m.group(2)]["exit"] = int(m.group(3))
+                out[m.group(2)]["message"] = last.get(m.group(2), "")
+        elif line.startswith(program + ": "):
             for mode in modes:   # the program's one-line error, for the summary
                 if out[mode]["exit"] == -1:
                     last[mode] = line
                     break
     return out
+
+
+def parse_stale_tlb(output, modes):
+    return parse_trials(output, "stale-tlb", modes, "SAFETY-STALE-EXIT")

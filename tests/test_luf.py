@@ -29,21 +29,15 @@ R6.
 
 import pytest
 
-from lab import build, vm
+from lab import build, luf_hazards, vm
 from lab.errors import LabError
 from stale_reads import (command, exits, records, run_clean, run_to_violation,
                          violations)
 
 pytestmark = pytest.mark.vm
 
-MODES = ("cow", "write", "dio", "truncate", "remap", "reuse", "demote",
-         "anon-write", "anon-reuse", "anon-move", "anon-demote")
+MODES = luf_hazards.MODES
 TRIALS = 200       # per mode, lazy and undisturbed
-# modes that need a CPU-less node 1 in a lower memory tier to demote to;
-# the others keep the guest they were measured in
-NODE1_MODES = ("demote", "anon-demote")
-# modes whose pages are anonymous and go to swap
-SWAP_MODES = ("anon-write", "anon-reuse", "anon-move", "anon-demote")
 
 # disable_rules bits (debug kernels): 0 R1, 1 R3, 2 R4, 3 R5 (userfaultfd
 # only), 4 R6
@@ -94,23 +88,9 @@ STILL_FLUSHED = {
 }
 
 
-def shape(modes):
-    # unflush.scratch: an ext2 on zram at /scratch (guest/init.sh), a disk
-    # filesystem the program can write its files on; tmpfs has no clean page
-    # cache to drop.  node1: a CPU-less node that HMAT puts in a lower
-    # memory tier (lab/vm.py), for the modes that demote.
-    # zram: swap for the anonymous modes' pages.
-    node1 = "512M" if set(modes) & set(NODE1_MODES) else None
-    zram = "256M" if set(modes) & set(SWAP_MODES) else None
-    return vm.VMShape(cpus=2, mem="1G", node1=node1, zram=zram,
-                      append="unflush.scratch=128M", timeout=900)
-
-
+shape = luf_hazards.shape
 # the modes that share a guest (one boot each), named by their modes
-GROUPS = [pytest.param(g, id="-".join(g)) for g in (
-    tuple(m for m in MODES if m not in NODE1_MODES + SWAP_MODES),
-    ("demote",), tuple(m for m in SWAP_MODES if m not in NODE1_MODES),
-    ("anon-demote",))]
+GROUPS = [pytest.param(g, id="-".join(g)) for g in luf_hazards.groups()]
 
 
 @pytest.mark.parametrize("modes", GROUPS)

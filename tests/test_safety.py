@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from lab import build, safety, safety_build
+from lab import build, luf_hazards, safety, safety_build
 from lab import safety_parse as parse
 
 # run_vmtests.sh -t mmap, as the guest prints it between the suite's markers
@@ -302,6 +302,7 @@ def test_summary_json_and_latest_link(tmp_path, monkeypatch):
     data = json.loads((latest / "summary.json").read_text())
     assert set(data["vanilla"]) >= {"selftests", "stress", "stale_tlb", "splats"}
     assert data["vanilla"]["stale_tlb"]["trials"] == 0
+    assert data["vanilla"]["luf_hazards"]["note"] == "not run: no LUF in this kernel"
 
 
 def test_stale_reads_and_unfinished_modes_fail_a_kernel():
@@ -327,6 +328,48 @@ def test_stale_reads_and_unfinished_modes_fail_a_kernel():
     assert any("stale-tlb anon: exit -1" in p for p in entry["problems"])
 
 
+def test_luf_hazards_results_by_mode_and_their_problems():
+    out = "\n".join([
+        'UNFLUSH-RESULT {"experiment":"luf-hazards/cow","trials":100,"violations":0,'
+        '"checks":{"luf_folios":412}}',
+        "SAFETY-LUF-EXIT cow 0",
+        # another program's exit line with the same mode name is not this one's
+        "SAFETY-STALE-EXIT write 0",
+        'UNFLUSH-VIOLATION {"experiment":"luf-hazards/write","kind":"old","trial":3}',
+        'UNFLUSH-RESULT {"experiment":"luf-hazards/write","trials":3,"violations":1,'
+        '"checks":{"luf_folios":12}}',
+        "SAFETY-LUF-EXIT write 1",
+        "luf-hazards: /scratch is not a disk filesystem",   # dio: no result
+        "SAFETY-LUF-EXIT dio 1",
+    ])
+    luf = parse.parse_trials(out, "luf-hazards", ("cow", "write", "dio", "truncate"),
+                             "SAFETY-LUF-EXIT")
+    assert luf["cow"] == {"trials": 100, "violations": 0, "exit": 0, "message": "",
+                          "first": "", "luf_folios": 412}
+    assert luf["write"]["violations"] == 1 and luf["write"]["exit"] == 1
+    assert luf["dio"]["exit"] == 1 and "disk filesystem" in luf["dio"]["message"]
+    assert luf["truncate"]["exit"] == -1        # never finished
+    kr = kernel_run("patched", MMAP)
+    kr.luf = luf
+    entry = safety.summarize(kr)
+    assert entry["luf_hazards"]["trials"] == 103
+    assert not entry["ok"]
+    assert any("luf-hazards write: 1 reads" in p for p in entry["problems"])
+    assert any("luf-hazards dio: exit 1: luf-hazards: /scratch" in p
+               for p in entry["problems"])
+    assert any("luf-hazards truncate: exit -1" in p for p in entry["problems"])
+    assert "    cow: 100 trials, 0 violations, 412 folios unmapped lazily, exit 0" in \
+        safety.table("patched", entry)
+
+
+def test_luf_hazards_run_only_where_there_is_luf():
+    assert set(safety.LUF_KERNELS) == {"patched", "debug"}
+    assert [m for g in luf_hazards.groups() for m in g] == list(luf_hazards.MODES)
+    assert safety.luf_shape(("demote",), False, "patched").node1
+    assert safety.luf_shape(("anon-write",), True, "debug").timeout > \
+        safety.luf_shape(("anon-write",), False, "debug").timeout
+
+
 # --- guest scripts and userland -------------------------------------------------------
 
 @pytest.mark.parametrize("soak", [False, True])
@@ -334,7 +377,8 @@ def test_guest_scripts_are_valid_shell(soak):
     busybox = shutil.which("busybox") or "/bin/busybox"
     scripts = [safety.selftest_script(safety.selftest_categories(soak), "vanilla"),
                safety.stress_script(safety.stress_phases(soak)),
-               safety.stale_tlb_script(soak)]
+               safety.stale_tlb_script(soak),
+               *[safety.luf_script(g, soak) for g in luf_hazards.groups()]]
     for script in scripts:
         proc = subprocess.run([busybox, "sh", "-n"], input=script, text=True,
                               capture_output=True)
@@ -434,6 +478,24 @@ def test_stale_translation_tests_ran_clean(quick_run):
         stale = entry["stale_tlb"]
         assert stale["violations"] == 0, (variant, stale)
         assert stale["trials"] == want, (variant, stale)
+
+
+@pytest.mark.vm
+def test_luf_hazards_ran_clean_and_lazily(quick_run):
+    """On the kernels with LUF every mode's trials ran, lazily, and the
+    reader always saw the new bytes; on the others the part says why it
+    did not run."""
+    for variant, entry in quick_run.items():
+        luf = entry["luf_hazards"]
+        if variant not in safety.LUF_KERNELS:
+            assert luf["trials"] == 0 and "no LUF" in luf["note"], (variant, luf)
+            continue
+        assert luf["violations"] == 0, (variant, luf)
+        assert set(luf["modes"]) == set(luf_hazards.MODES), variant
+        for mode, m in luf["modes"].items():
+            assert m["exit"] == 0 and m["trials"] == safety.luf_trials(False), \
+                (variant, mode, m)
+            assert m["luf_folios"] >= m["trials"], (variant, mode, m)
 
 
 @pytest.mark.vm

@@ -1,0 +1,39 @@
+"""guest/luf-hazards: its modes, and the machine each group of them needs.
+
+Each mode takes pages away lazily (LUF) and then makes a fresh translation
+give other bytes; the reader must see the change (tests/test_luf.py says
+what each one does).  The modes share a guest by what they need, one boot
+per group; tests/test_luf.py and the safety suite's luf-hazards part run
+them the same way.
+"""
+
+from lab import vm
+
+MODES = ("cow", "write", "dio", "truncate", "remap", "reuse", "demote",
+         "anon-write", "anon-reuse", "anon-move", "anon-demote")
+# modes that need a CPU-less node 1 in a lower memory tier to demote to;
+# the others keep the guest they were measured in
+NODE1_MODES = ("demote", "anon-demote")
+# modes whose pages are anonymous and go to swap
+SWAP_MODES = ("anon-write", "anon-reuse", "anon-move", "anon-demote")
+
+
+def shape(modes, timeout=900):
+    """The guest for @modes.  unflush.scratch: an ext2 on zram at /scratch
+    (guest/init.sh), a disk filesystem the program can write its files on;
+    tmpfs has no clean page cache to drop.  node1: a CPU-less node that HMAT
+    puts in a lower memory tier (lab/vm.py), for the modes that demote.
+    zram: swap for the anonymous modes' pages."""
+    node1 = "512M" if set(modes) & set(NODE1_MODES) else None
+    zram = "256M" if set(modes) & set(SWAP_MODES) else None
+    return vm.VMShape(cpus=2, mem="1G", node1=node1, zram=zram,
+                      append="unflush.scratch=128M", timeout=timeout)
+
+
+def groups():
+    """The modes that share a guest: the file modes, demote, the anonymous
+    modes, anon-demote."""
+    return [tuple(m for m in MODES if m not in NODE1_MODES + SWAP_MODES),
+            ("demote",),
+            tuple(m for m in SWAP_MODES if m not in NODE1_MODES),
+            ("anon-demote",)]

@@ -146,10 +146,14 @@ def table(exp_id, configs):
 HIGHER_IS_BETTER = ("_per_s", "_per_cpu_s")
 
 
-def is_cost(name):
-    """Guest time, a rate or latency, instructions per operation: not a count."""
-    return (name == "elapsed_s" or name.endswith(TIME_SUFFIXES)
-            or (name.startswith("insns/") and name.endswith("_per_op")))
+def is_judged(name, mode):
+    """Is @name a cost the spread section judges in a report of @mode?
+    Under --icount only the task's own instructions per operation: its
+    guest time, rates and latencies also hold whatever the other vCPUs ran
+    in their turns (EMULATION_NOTE).  Otherwise time, rates and latencies."""
+    if mode == "icount":
+        return name == "insns/vcpu0_per_op"
+    return name == "elapsed_s" or name.endswith(TIME_SUFFIXES)
 
 
 def against_spread(base, other, name):
@@ -171,14 +175,14 @@ def spread_verdicts(doc):
     """(experiment, kernel, metric, vanilla, kernel's, verdict) for every cost
     of every kernel (not its switch-off runs) measured beside vanilla, with
     at least two repetitions each: one run has no spread to judge by."""
-    out = []
+    out, mode = [], doc["meta"]["mode"]
     for exp_id in sorted(doc["experiments"], key=suite_order):
         configs = doc["experiments"][exp_id]
         if len(configs.get("vanilla", [])) < 2:
             continue
         kernels = [c for c in config_order(configs)
                    if c != "vanilla" and "/" not in c and len(configs[c]) >= 2]
-        for name in filter(is_cost, metrics_of(configs)):
+        for name in (m for m in metrics_of(configs) if is_judged(m, mode)):
             base = summary([metric_value(r, name) for r in configs["vanilla"]])
             for k in kernels:
                 other = summary([metric_value(r, name) for r in configs[k]])
@@ -202,13 +206,17 @@ def spread_section(doc):
     worse = [v for v in verdicts if v[5] == "worse"]
     better = [v for v in verdicts if v[5] == "better"]
     n_exp = len({v[0] for v in verdicts})
-    lines += [f"Each cost (time, instructions per operation, a latency, or a rate, where "
-              f"more is better) of each kernel against vanilla's, by the [min-max] of "
-              f"their repetitions: worse when every repetition did worse than every one "
-              f"of vanilla's, better the other way round. Counts are not judged here: "
-              f"they are exact, and their change is what a mechanism does. Under "
-              f"`--icount` the spread is a few instructions, so any instruction a "
-              f"kernel adds to a path shows. {plural(len(verdicts), 'cost')} in "
+    what = ("the measured task's own instructions per operation "
+            "(`insns/vcpu0_per_op`; its time, rates and latencies here also hold "
+            "the other vCPUs' turns), whose spread is a few instructions, so that "
+            "any instruction a kernel adds to a path shows"
+            if doc["meta"]["mode"] == "icount" else
+            "guest time, rates (where more is better) and latencies")
+    lines += [f"Each kernel against vanilla, by the [min-max] of their repetitions: "
+              f"worse when every repetition did worse than every one of vanilla's, "
+              f"better the other way round. Judged: {what}. Counts are not judged "
+              f"here: they are exact, and their change is what a mechanism does. "
+              f"{plural(len(verdicts), 'cost')} in "
               f"{plural(n_exp, 'experiment')}: {len(worse)} worse, {len(better)} better, "
               f"{len(verdicts) - len(worse) - len(better)} within the spread.", ""]
     for title, rows in (("Worse", worse), ("Better", better)):

@@ -219,3 +219,21 @@ def test_report_says_when_there_is_no_spread(tmp_path):
            "failures": []}
     report.write(tmp_path, doc)
     assert "Nothing to judge" in (tmp_path / "report.md").read_text()
+
+
+def test_spread_under_icount_judges_own_instructions_only():
+    """Beside busy vCPUs a task's guest time under --icount holds their
+    turns: only insns/vcpu0_per_op is the task's own cost."""
+    def reps(own, elapsed):
+        out = []
+        for o, t in zip(own, elapsed):
+            r = json.loads(rec("x", t, 0)[15:])
+            r["counters"]["insns/vcpu0_per_op"] = o
+            out.append(r)
+        return out
+    doc = {"meta": {"mode": "icount"},
+           "experiments": {"luf-cost/write": {
+               "vanilla": reps([100, 101], [1.0, 1.1]),
+               "patched": reps([100, 102], [2.0, 2.1])}}}
+    assert [(m, v) for _, _, m, _, _, v in report.spread_verdicts(doc)] == [
+        ("insns/vcpu0_per_op", "within")]

@@ -18,16 +18,18 @@ NODE1_MODES = ("demote", "anon-demote")
 SWAP_MODES = ("anon-write", "anon-reuse", "anon-move", "anon-demote")
 
 
-def shape(modes, timeout=900):
+def shape(modes, timeout=900, scratch="128M"):
     """The guest for @modes.  unflush.scratch: an ext2 on zram at /scratch
     (guest/init.sh), a disk filesystem the program can write its files on;
-    tmpfs has no clean page cache to drop.  node1: a CPU-less node that HMAT
-    puts in a lower memory tier (lab/vm.py), for the modes that demote.
-    zram: swap for the anonymous modes' pages."""
+    tmpfs has no clean page cache to drop.  Its files grow with the trials
+    (remap's 3000 need 197 MiB), and zram allocates only what is written.
+    node1: a CPU-less node that HMAT puts in a lower memory tier
+    (lab/vm.py), for the modes that demote.  zram: swap for the anonymous
+    modes' pages."""
     node1 = "512M" if set(modes) & set(NODE1_MODES) else None
     zram = "256M" if set(modes) & set(SWAP_MODES) else None
     return vm.VMShape(cpus=2, mem="1G", node1=node1, zram=zram,
-                      append="unflush.scratch=128M", timeout=timeout)
+                      append=f"unflush.scratch={scratch}", timeout=timeout)
 
 
 def groups():

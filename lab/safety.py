@@ -207,7 +207,8 @@ def luf_trials(soak):
 def luf_shape(modes, soak, variant):
     # a trial takes under 0.1 s on patched under TCG; the rest is margin
     seconds = len(modes) * luf_trials(soak) * 0.5 * SLOWDOWN[variant]
-    return luf_hazards.shape(modes, timeout=seconds + 300)
+    return luf_hazards.shape(modes, timeout=seconds + 300,
+                             scratch="512M" if soak else "128M")
 
 
 def luf_script(modes, soak):

@@ -368,6 +368,9 @@ def test_luf_hazards_run_only_where_there_is_luf():
     assert safety.luf_shape(("demote",), False, "patched").node1
     assert safety.luf_shape(("anon-write",), True, "debug").timeout > \
         safety.luf_shape(("anon-write",), False, "debug").timeout
+    # remap's 3000 trials need 197 MiB of files: the soak's /scratch is larger
+    assert "unflush.scratch=512M" in safety.luf_shape(("remap",), True, "patched").append
+    assert "unflush.scratch=128M" in safety.luf_shape(("remap",), False, "patched").append
 
 
 # --- guest scripts and userland -------------------------------------------------------

@@ -16,9 +16,11 @@ MODES = ("cow", "write", "dio", "truncate", "remap", "reuse", "demote",
 NODE1_MODES = ("demote", "anon-demote")
 # modes whose pages are anonymous and go to swap
 SWAP_MODES = ("anon-write", "anon-reuse", "anon-move", "anon-demote")
+# /scratch for runs of a few hundred trials a mode
+SCRATCH = "128M"
 
 
-def shape(modes, timeout=900, scratch="128M"):
+def shape(modes, timeout=900, scratch=SCRATCH):
     """The guest for @modes.  unflush.scratch: an ext2 on zram at /scratch
     (guest/init.sh), a disk filesystem the program can write its files on;
     tmpfs has no clean page cache to drop.  Its files grow with the trials

@@ -208,7 +208,7 @@ def luf_shape(modes, soak, variant):
     # a trial takes under 0.1 s on patched under TCG; the rest is margin
     seconds = len(modes) * luf_trials(soak) * 0.5 * SLOWDOWN[variant]
     return luf_hazards.shape(modes, timeout=seconds + 300,
-                             scratch="512M" if soak else "128M")
+                             scratch="512M" if soak else luf_hazards.SCRATCH)
 
 
 def luf_script(modes, soak):

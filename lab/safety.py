@@ -158,13 +158,22 @@ def stress_phases(soak):
     # written and reported "corrupted bogo-ops counter, N vs 0", a
     # verification failure that was an OOM kill (1 phase in 6 on patched,
     # 1 in 8 on vanilla).
+    #
+    # The hdd stressor writes and reads back a file on the same ext2 with
+    # O_DIRECT: a direct write invalidates the page cache over its range
+    # (kiocb_invalidate_pages(), where LUF's rule R6 and its checker look)
+    # while the lazy unmaps above are pending.  Sequential, because zram's
+    # logical blocks are 4 KiB and hdd aligns random offsets to 512 bytes
+    # only (EINVAL).
     phases.append(StressPhase(
         "disk",
         f"--vm 2 --vm-bytes 96M --vm-method all --fork 2 --mmapfork 1 --dynlib 1 "
-        f"--timeout {seconds}",
+        f"--hdd 1 --hdd-bytes 16M --hdd-opts direct,wr-seq,rd-seq "
+        f"--temp-path {DISK_TEMP} --timeout {seconds}",
         memcg="80M", memcg_knob="high", on_disk=True,
         what="stress-ng's own text and data on ext2 (zram) reclaimed from a "
-             "80 MiB memory cgroup while mapped: lazy unmaps under LUF"))
+             "80 MiB memory cgroup while mapped: lazy unmaps under LUF; "
+             "direct I/O to a file there"))
     return phases
 
 
@@ -341,6 +350,7 @@ run_phase() {   # name max=SIZE|high=SIZE|- program arguments...
 # The disk phase's filesystem (guest/init.sh makes an ext2 on zram there).
 DISK_SIZE = "256M"
 DISK_STRESS_NG = "/scratch/stress/run"
+DISK_TEMP = "/scratch/stress"       # the disk phase's files (hdd's)
 LUF_DISABLE_RULES = "/sys/kernel/debug/luf/disable_rules"
 
 # stress-ng and every library of the image copied to /scratch, and a

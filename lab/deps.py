@@ -2,8 +2,9 @@
 
 Debian packages: the kernel source and its build dependencies, QEMU, the
 guest userland (busybox-static), stress-ng, and the libraries the kernel's
-mm selftests link against.  Python packages: pytest (the test runner) and
-matplotlib (the report's plots).  Only what is missing is installed.
+mm selftests link against.  Python packages: pytest (the test runner),
+matplotlib (the report's plots) and docutils (check-series reads the
+series' .rst files).  Only what is missing is installed.
 """
 
 import importlib.util
@@ -31,7 +32,8 @@ APT_PACKAGES = [
 ]
 # module -> (PyPI name, Debian package for Debian's own python3)
 PY_PACKAGES = {"pytest": ("pytest", "python3-pytest"),
-               "matplotlib": ("matplotlib", "python3-matplotlib")}
+               "matplotlib": ("matplotlib", "python3-matplotlib"),
+               "docutils": ("docutils", "python3-docutils")}
 
 
 def missing_apt():

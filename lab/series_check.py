@@ -1,10 +1,15 @@
 """`lab check-series`: what linux-mm asks of every patch before review.
 
-For each patch of patches/series, in order:
+For each patch of patches/series, in order (rst: the files as the series
+leaves them):
 
   checkpatch  scripts/checkpatch.pl --strict on the patch file (from the
               patched tree, so the script matches the kernel): no error,
               warning or check;
+  rst         every reStructuredText file the series adds or changes
+              parses without a docutils warning, as `make htmldocs` would
+              (Sphinx's own roles and directives aside, which plain
+              docutils does not know);
   builds      (with --builds) the tree at that patch builds a bzImage with
               the options of config/series.config and of
               config/series-debug.config (the LUF checker, the KUnit
@@ -17,6 +22,7 @@ then sees the same relative paths as in the lab's other trees and ccache
 serves every object a patch does not touch.
 """
 
+import io
 import os
 import re
 import shutil
@@ -46,6 +52,37 @@ def checkpatch(patch, src):
                 if ln.startswith(("ERROR:", "WARNING:", "CHECK:"))]
     ok = proc.returncode == 0 and not problems
     return ok, m.group(0) + ("" if ok else ": " + "; ".join(problems[:3]))
+
+
+# docutils' report lines: "<file>:<line>: (LEVEL/n) message"
+RST_REPORT = re.compile(r"^(\S+?):(\d+): \((\w+)/\d\) (.*)$")
+# Sphinx adds these (toctree, :ref:, :doc:, ...); make htmldocs resolves them
+SPHINX_ONLY = re.compile(r'^Unknown (directive type|interpreted text role) "')
+
+
+def rst_problems(text, name):
+    """docutils' warnings and errors for one reStructuredText file, as
+    "name:line: message", less what only Sphinx knows."""
+    import docutils.core  # deps.PY_PACKAGES: lab setup installs it
+
+    report = io.StringIO()
+    docutils.core.publish_doctree(
+        text, source_path=name,
+        settings_overrides={"warning_stream": report, "report_level": 2,
+                            "halt_level": 5})
+    problems = []
+    for line in report.getvalue().splitlines():
+        m = RST_REPORT.match(line)
+        if m and not SPHINX_ONLY.match(m.group(4)):
+            problems.append(f"{m.group(1)}:{m.group(2)}: {m.group(4)}")
+    return problems
+
+
+def series_rst(src):
+    """The .rst files the series adds or changes, as it leaves them."""
+    out = tree.git(src, "diff", "--name-only", "--diff-filter=AM",
+                   f"{tree.BASE_TAG}..HEAD", "--", "*.rst").stdout
+    return out.split()
 
 
 # the series' own options: the mechanisms, and the debug options only the
@@ -163,11 +200,18 @@ def run(builds=False, jobs=None, first=None):
             f"{'ok' if ok else 'FAILED'}, {summary}")
         if not ok:
             failed.append(patch.name)
+    for name in series_rst(src):
+        problems = rst_problems((src / name).read_text(), name)
+        say(f"check-series: rst {name}: "
+            f"{'ok' if not problems else 'FAILED, ' + '; '.join(problems[:3])}")
+        if problems:
+            failed.append(name)
     if builds:
         done = build_each(src, jobs, first)
         say(f"check-series: {len(done)} builds passed "
             f"(patches {first} to {len(files)} x options on and off)")
     if failed:
-        raise LabError(f"checkpatch --strict complains about {', '.join(failed)}: "
-                       f"fix them in build/patched and `make export`")
+        raise LabError(f"checkpatch --strict or docutils complains about "
+                       f"{', '.join(failed)}: fix them in build/patched and "
+                       f"`make export`")
     return 0

@@ -1,4 +1,5 @@
-"""`lab check-series`: checkpatch --strict on every patch of the series.
+"""`lab check-series`: checkpatch --strict on every patch of the series,
+and its reStructuredText files read by docutils.
 
 The series itself is checked here, with the checkpatch.pl of the patched
 tree `make test` has just built; so is a patch written badly on purpose,
@@ -54,6 +55,38 @@ def test_a_badly_written_patch_is_refused(src, tmp_path):
     ok, summary = series_check.checkpatch(bad, src)
     assert not ok
     assert "ERROR:" in summary and "trailing whitespace" in summary.lower()
+
+
+# The mistake patch 0014 had until session 17: a continuation line indented
+# one space less than its list item's text.
+BAD_RST = """\
+Title
+=====
+
+- *uprobes*: the PTE is replaced with ``ptep_clear_flush()``
+ , flushing (mm, addr) in the probed mm.
+- *KSM*: the merged contents are identical.
+
+.. toctree::
+   :maxdepth: 1
+
+   other
+"""
+
+
+def test_every_rst_file_of_the_series_parses_cleanly(src):
+    names = series_check.series_rst(src)
+    assert "Documentation/mm/luf.rst" in names
+    for name in names:
+        assert series_check.rst_problems((src / name).read_text(), name) == [], name
+
+
+def test_a_badly_indented_rst_is_refused():
+    problems = series_check.rst_problems(BAD_RST, "bad.rst")
+    # the indentation is reported with its line; Sphinx's toctree is not
+    assert problems and all(p.startswith("bad.rst:") for p in problems)
+    assert any("unexpected unindent" in p for p in problems)
+    assert not any("toctree" in p for p in problems)
 
 
 def test_off_fragment_turns_every_series_option_off(tmp_path):

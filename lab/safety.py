@@ -169,7 +169,7 @@ def stress_phases(soak):
         "disk",
         f"--vm 2 --vm-bytes 96M --vm-method all --fork 2 --mmapfork 1 --dynlib 1 "
         f"--hdd 1 --hdd-bytes 16M --hdd-opts direct,wr-seq,rd-seq "
-        f"--temp-path {DISK_TEMP} --timeout {seconds}",
+        f"--temp-path {DISK_DIR} --timeout {seconds}",
         memcg="80M", memcg_knob="high", on_disk=True,
         what="stress-ng's own text and data on ext2 (zram) reclaimed from a "
              "80 MiB memory cgroup while mapped: lazy unmaps under LUF; "
@@ -349,8 +349,8 @@ run_phase() {   # name max=SIZE|high=SIZE|- program arguments...
 
 # The disk phase's filesystem (guest/init.sh makes an ext2 on zram there).
 DISK_SIZE = "256M"
-DISK_STRESS_NG = "/scratch/stress/run"
-DISK_TEMP = "/scratch/stress"       # the disk phase's files (hdd's)
+DISK_DIR = "/scratch/stress"        # DISK_SETUP's copy; hdd's file too
+DISK_STRESS_NG = f"{DISK_DIR}/run"
 LUF_DISABLE_RULES = "/sys/kernel/debug/luf/disable_rules"
 
 # stress-ng and every library of the image copied to /scratch, and a

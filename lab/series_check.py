@@ -55,7 +55,7 @@ def checkpatch(patch, src):
 
 
 # docutils' report lines: "<file>:<line>: (LEVEL/n) message"
-RST_REPORT = re.compile(r"^(\S+?):(\d+): \((\w+)/\d\) (.*)$")
+RST_REPORT = re.compile(r"^(\S+?):(\d+): \(\w+/\d\) (.*)$")
 # Sphinx adds these (toctree, :ref:, :doc:, ...); make htmldocs resolves them
 SPHINX_ONLY = re.compile(r'^Unknown (directive type|interpreted text role) "')
 
@@ -73,8 +73,8 @@ def rst_problems(text, name):
     problems = []
     for line in report.getvalue().splitlines():
         m = RST_REPORT.match(line)
-        if m and not SPHINX_ONLY.match(m.group(4)):
-            problems.append(f"{m.group(1)}:{m.group(2)}: {m.group(4)}")
+        if m and not SPHINX_ONLY.match(m.group(3)):
+            problems.append(f"{m.group(1)}:{m.group(2)}: {m.group(3)}")
     return problems
 
 

@@ -1,11 +1,14 @@
 """`lab check-series`: what linux-mm asks of every patch before review.
 
-For each patch of patches/series, in order (rst: the files as the series
-leaves them):
+For each patch of patches/series, in order (cover and rst: once, for the
+series as a whole):
 
   checkpatch  scripts/checkpatch.pl --strict on the patch file (from the
               patched tree, so the script matches the kernel): no error,
               warning or check;
+  cover       patches/0000-cover-letter.patch has a subject and text of
+              its own, not git's placeholders, and its "[PATCH 00/NN]" and
+              shortlog are those of the series (lab/cover_letter.py);
   rst         every reStructuredText file the series adds or changes
               parses without a docutils warning, as `make htmldocs` would
               (Sphinx's own roles and directives aside, which plain
@@ -28,7 +31,7 @@ import re
 import shutil
 import subprocess
 
-from lab import build, paths, tree
+from lab import build, cover_letter, paths, tree
 from lab.errors import LabError
 from lab.progress import say
 
@@ -200,6 +203,14 @@ def run(builds=False, jobs=None, first=None):
             f"{'ok' if ok else 'FAILED'}, {summary}")
         if not ok:
             failed.append(patch.name)
+    cover = cover_letter.path()
+    subjects = [cover_letter.patch_subject(p.read_text()) for p in files]
+    wrong = (cover_letter.problems(cover.read_text(), subjects)
+             if cover.is_file() else ["missing"])
+    say(f"check-series: cover letter {cover_letter.NAME}: "
+        f"{'ok' if not wrong else 'FAILED, ' + '; '.join(wrong)}")
+    if wrong:
+        failed.append(cover_letter.NAME)
     for name in series_rst(src):
         problems = rst_problems((src / name).read_text(), name)
         say(f"check-series: rst {name}: "
@@ -211,7 +222,8 @@ def run(builds=False, jobs=None, first=None):
         say(f"check-series: {len(done)} builds passed "
             f"(patches {first} to {len(files)} x options on and off)")
     if failed:
-        raise LabError(f"checkpatch --strict or docutils complains about "
-                       f"{', '.join(failed)}: fix them in build/patched and "
-                       f"`make export`")
+        raise LabError(f"checkpatch --strict, docutils or the cover letter check "
+                       f"complains about {', '.join(failed)}: fix them in "
+                       f"build/patched (the cover letter's text in patches/) "
+                       f"and `make export`")
     return 0

@@ -18,7 +18,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from lab import paths
+from lab import cover_letter, paths
 from lab.errors import LabError
 from lab.progress import Progress, say
 
@@ -225,6 +225,8 @@ def export():
         raise LabError(f"no patched tree at {tree}: run `python3 -m lab tree` first")
     if git(tree, "status", "--porcelain", "--untracked-files=no").stdout.strip():
         raise LabError(f"{tree} has uncommitted changes: commit them before exporting")
+    # the cover letter's subject and text are the only hand-written part
+    kept = cover_letter.read()
     for old in series_files():
         old.unlink()
     for stray in paths.PATCHES.glob("*.patch"):
@@ -234,11 +236,16 @@ def export():
               "-o", str(paths.PATCHES), f"{BASE_TAG}..HEAD").stdout.split()
     names = [Path(p).name for p in out]
     (paths.PATCHES / "series").write_text("".join(n + "\n" for n in names))
+    if names:
+        cover_letter.write(tree, f"{BASE_TAG}..HEAD", git, kept)
     version = installed_base_version()
     if version:
         (paths.PATCHES / "base-version").write_text(version + "\n")
     _write_stamp(git(tree, "rev-parse", "HEAD").stdout.strip())
     say(f"lab: exported {len(names)} patches to {paths.PATCHES}")
+    if names and kept is None:
+        say(f"lab: {cover_letter.NAME} is git's template: write its subject and "
+            f"text there (check-series refuses the placeholders)")
     return names
 
 

@@ -1,5 +1,5 @@
 """`lab check-series`: checkpatch --strict on every patch of the series,
-and its reStructuredText files read by docutils.
+its reStructuredText files read by docutils, and its cover letter.
 
 The series itself is checked here, with the checkpatch.pl of the patched
 tree `make test` has just built; so is a patch written badly on purpose,
@@ -8,9 +8,11 @@ and off (`--builds`) takes too long for CI and is run by hand before
 export (README, "Working on the series").
 """
 
+import re
+
 import pytest
 
-from lab import paths, series_check, tree
+from lab import cover_letter, paths, series_check, tree
 from lab.errors import LabError
 
 BAD = """\
@@ -87,6 +89,24 @@ def test_a_badly_indented_rst_is_refused():
     assert problems and all(p.startswith("bad.rst:") for p in problems)
     assert any("unexpected unindent" in p for p in problems)
     assert not any("toctree" in p for p in problems)
+
+
+def test_the_cover_letter_describes_the_series():
+    subjects = [cover_letter.patch_subject(p.read_text()) for p in tree.series_files()]
+    text = cover_letter.path().read_text()
+    assert cover_letter.problems(text, subjects) == []
+
+
+def test_a_cover_letter_out_of_step_with_the_series_is_refused():
+    subjects = [cover_letter.patch_subject(p.read_text()) for p in tree.series_files()]
+    text = cover_letter.path().read_text()
+    problems = cover_letter.problems(text, subjects[:-1])
+    assert any("announces" in p for p in problems)
+    assert any("shortlog" in p for p in problems)
+    template = re.sub(r"^Subject: .*(\n .*)*",
+                      f"Subject: [PATCH 00/{len(subjects)}] {cover_letter.SUBJECT_HOLE}",
+                      text, count=1, flags=re.M)
+    assert any("placeholder" in p for p in cover_letter.problems(template, subjects))
 
 
 def test_off_fragment_turns_every_series_option_off(tmp_path):

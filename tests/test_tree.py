@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from lab import build, paths, tree
+from lab import build, cover_letter, paths, tree
 from lab.errors import LabError
 
 PATCH_OK = """\
@@ -113,6 +113,33 @@ def test_export_round_trip_and_unexported_commits(lab_env):
     tree.ensure_patched(force=True)
     subprocess.run(["git", "-C", str(t), "diff", "--exit-code", "HEAD"], check=True)
     assert (t / "mm" / "hello.c").read_text() == "int hello = 3;\n"
+
+
+def test_export_keeps_the_cover_letter_text_and_renews_its_shortlog(lab_env):
+    t = tree.ensure_patched()
+    (t / "mm" / "hello.c").write_text("int hello = 3;\n")
+    tree.git(t, "commit", "-qam", "mm: three")
+    (t / "mm" / "hello.c").write_text("int hello = 4;\n")
+    tree.git(t, "commit", "-qam", "mm: four")
+    tree.export()
+    cover = lab_env / cover_letter.NAME
+    # a first export writes git's template, which check-series refuses
+    assert "*** SUBJECT HERE ***" in cover.read_text()
+    assert cover_letter.problems(cover.read_text(), ["mm: three", "mm: four"])
+    assert cover.name not in (lab_env / "series").read_text()
+
+    text = cover.read_text().replace("*** SUBJECT HERE ***", "mm: count to four")
+    cover.write_text(text.replace("*** BLURB HERE ***", "Why.\n\nHow."))
+    tree.git(t, "commit", "-q", "--amend", "-m", "mm: four, renamed")
+    tree.export()
+    subject, blurb, count, listed = cover_letter.parse(cover.read_text())
+    assert (subject, blurb, count) == ("mm: count to four", "Why.\n\nHow.", 2)
+    assert listed == ["mm: three", "mm: four, renamed"]
+    assert cover_letter.problems(cover.read_text(), ["mm: three", "mm: four, renamed"]) == []
+    # exporting an unchanged tree writes the same bytes
+    before = cover.read_bytes()
+    tree.export()
+    assert cover.read_bytes() == before
 
 
 def test_uncommitted_changes_are_not_discarded(lab_env):

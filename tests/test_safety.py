@@ -202,6 +202,13 @@ def test_stress_metrics_failures_and_vmstat():
     assert tiering.skipped == ["numa: no NUMA nodes found, skipping test"]
 
 
+def test_a_stressor_that_finished_no_bogo_op_is_noted():
+    idle = STRESS.replace("bogo-ops: 15", "bogo-ops: 0")
+    table = safety.table("patched", safety.summarize(kernel_run("patched", MMAP, idle)))
+    assert "note mmap: no bogo op finished in 41 s" in table
+    assert "note vm" not in table and "note numa" not in table
+
+
 def test_stress_that_never_finished_counts_as_an_error():
     (phase,) = parse.parse_stress("SAFETY-STRESS-BEGIN swap 100\nstress-ng: info: x\n")
     assert phase.exit is None and phase.verification_errors == 1

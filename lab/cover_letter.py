@@ -128,6 +128,11 @@ def problems(text, subjects):
         found.append("no shortlog of the series")
     elif BLURB_HOLE in blurb or not blurb.strip():
         found.append("the text is still git's placeholder")
+    else:
+        long = [n for n, line in enumerate(blurb.splitlines(), 1) if len(line) > 72]
+        if long:
+            found.append(f"{len(long)} lines of its text are longer than 72 "
+                         f"columns (the first is its line {long[0]})")
     if count is not None and count != len(subjects):
         found.append(f"it announces {count} patches, the series has {len(subjects)}")
     if listed is not None and listed != subjects:

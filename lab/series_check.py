@@ -7,8 +7,9 @@ series as a whole):
               patched tree, so the script matches the kernel): no error,
               warning or check;
   cover       patches/0000-cover-letter.patch has a subject and text of
-              its own, not git's placeholders, and its "[PATCH 00/NN]" and
-              shortlog are those of the series (lab/cover_letter.py);
+              its own, not git's placeholders, no line of that text over
+              72 columns, and its "[PATCH 00/NN]" and shortlog are those
+              of the series (lab/cover_letter.py);
   rst         every reStructuredText file the series adds or changes
               parses without a docutils warning, as `make htmldocs` would
               (Sphinx's own roles and directives aside, which plain

@@ -107,6 +107,8 @@ def test_a_cover_letter_out_of_step_with_the_series_is_refused():
                       f"Subject: [PATCH 00/{len(subjects)}] {cover_letter.SUBJECT_HOLE}",
                       text, count=1, flags=re.M)
     assert any("placeholder" in p for p in cover_letter.problems(template, subjects))
+    wide = text.replace("\n\n", "\n\n" + "x" * 73 + "\n", 2)
+    assert any("longer than 72" in p for p in cover_letter.problems(wide, subjects))
 
 
 def test_off_fragment_turns_every_series_option_off(tmp_path):

@@ -115,9 +115,10 @@ def write(tree, rev_range, git, kept):
     path().write_text(text)
 
 
-def problems(text, subjects):
+def problems(text, subjects, base=None):
     """What is wrong with a cover letter for a series whose commits have
-    @subjects, in order (an empty list: nothing)."""
+    @subjects, in order, tested on the Debian package version @base (an
+    empty list: nothing)."""
     subject, blurb, count, listed = parse(text)
     found = []
     if subject is None:
@@ -133,6 +134,9 @@ def problems(text, subjects):
         if long:
             found.append(f"{len(long)} lines of its text are longer than 72 "
                          f"columns (the first is its line {long[0]})")
+        if base and base not in blurb:
+            found.append(f"its text does not name the base it was tested on, "
+                         f"{base} (patches/base-version)")
     if count is not None and count != len(subjects):
         found.append(f"it announces {count} patches, the series has {len(subjects)}")
     if listed is not None and listed != subjects:

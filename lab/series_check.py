@@ -8,8 +8,9 @@ series as a whole):
               warning or check;
   cover       patches/0000-cover-letter.patch has a subject and text of
               its own, not git's placeholders, no line of that text over
-              72 columns, and its "[PATCH 00/NN]" and shortlog are those
-              of the series (lab/cover_letter.py);
+              72 columns, the text names patches/base-version, and its
+              "[PATCH 00/NN]" and shortlog are those of the series
+              (lab/cover_letter.py);
   rst         every reStructuredText file the series adds or changes
               parses without a docutils warning, as `make htmldocs` would
               (Sphinx's own roles and directives aside, which plain
@@ -206,7 +207,8 @@ def run(builds=False, jobs=None, first=None):
             failed.append(patch.name)
     cover = cover_letter.path()
     subjects = [cover_letter.patch_subject(p.read_text()) for p in files]
-    wrong = (cover_letter.problems(cover.read_text(), subjects)
+    wrong = (cover_letter.problems(cover.read_text(), subjects,
+                                   tree.recorded_base_version())
              if cover.is_file() else ["missing"])
     say(f"check-series: cover letter {cover_letter.NAME}: "
         f"{'ok' if not wrong else 'FAILED, ' + '; '.join(wrong)}")

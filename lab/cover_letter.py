@@ -9,9 +9,7 @@ them.  `git am` stops at a mail without a diff, so patches/series does not
 list the cover letter and the lab never applies it.
 """
 
-import os
 import re
-import subprocess
 import tempfile
 import textwrap
 from pathlib import Path
@@ -55,8 +53,8 @@ def parse(text):
                 count, subject = int(m.group(1)), m.group(2)
     lines = body.splitlines()
     start = next((i for i, line in enumerate(lines)
-                  if _SHORTLOG.fullmatch(line)
-                  and int(_SHORTLOG.fullmatch(line).group(1)) == count), None)
+                  if (m := _SHORTLOG.fullmatch(line)) and int(m.group(1)) == count),
+                 None)
     if start is None:
         return subject, None, count, None
     blurb = "\n".join(lines[:start]).strip("\n")
@@ -101,10 +99,8 @@ def write(tree, rev_range, git, kept):
     env = {"GIT_COMMITTER_NAME": ident[0], "GIT_COMMITTER_EMAIL": ident[1],
            "GIT_COMMITTER_DATE": ident[2]}
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(["git", "-C", str(tree), "format-patch", "--no-signature",
-                        "--zero-commit", "--cover-letter", "-o", tmp, rev_range],
-                       check=True, capture_output=True, text=True,
-                       env={**os.environ, **env})
+        git(tree, "format-patch", "--no-signature", "--zero-commit",
+            "--cover-letter", "-o", tmp, rev_range, env=env)
         text = (Path(tmp) / NAME).read_text()
     if kept:
         subject, blurb = kept
@@ -143,3 +139,12 @@ def problems(text, subjects, base=None):
         found.append("its shortlog is not the series' subjects: `make export` "
                      "writes it again")
     return found
+
+
+def check(files, base):
+    """problems() of the cover letter in patches/ for the patch files
+    @files, in order, tested on @base."""
+    if not path().is_file():
+        return ["missing"]
+    subjects = [patch_subject(f.read_text()) for f in files]
+    return problems(path().read_text(), subjects, base)

@@ -379,6 +379,7 @@ else
 fi
 """
 
+
 def selftest_script(categories, variant):
     lines = [GUEST_SETUP, SELFTEST_SCRIPT]
     lines += [f"run_category {c.name} {c.watchdog * SLOWDOWN[variant]}"

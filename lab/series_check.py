@@ -205,11 +205,7 @@ def run(builds=False, jobs=None, first=None):
             f"{'ok' if ok else 'FAILED'}, {summary}")
         if not ok:
             failed.append(patch.name)
-    cover = cover_letter.path()
-    subjects = [cover_letter.patch_subject(p.read_text()) for p in files]
-    wrong = (cover_letter.problems(cover.read_text(), subjects,
-                                   tree.recorded_base_version())
-             if cover.is_file() else ["missing"])
+    wrong = cover_letter.check(files, tree.recorded_base_version())
     say(f"check-series: cover letter {cover_letter.NAME}: "
         f"{'ok' if not wrong else 'FAILED, ' + '; '.join(wrong)}")
     if wrong:

@@ -12,6 +12,7 @@ changed, and never when it holds commits that were not exported yet.
 """
 
 import hashlib
+import os
 import shutil
 import subprocess
 import tarfile
@@ -41,10 +42,12 @@ def broken_dir() -> Path:
     return paths.work_dir() / "broken"
 
 
-def git(tree, *args, check=True):
-    """Run git in `tree`; on failure raise with git's own first error line."""
+def git(tree, *args, check=True, env=None):
+    """Run git in `tree`, with `env` added to the environment; on failure
+    raise with git's own first error line."""
     proc = subprocess.run(["git", "-C", str(tree), *IDENTITY, *args],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True,
+                          env={**os.environ, **env} if env else None)
     if check and proc.returncode != 0:
         raise LabError(f"git {' '.join(args[:2])} failed in {tree}: "
                        f"{first_error(proc.stderr or proc.stdout)}")

@@ -92,12 +92,10 @@ def test_a_badly_indented_rst_is_refused():
 
 
 def test_the_cover_letter_describes_the_series():
-    subjects = [cover_letter.patch_subject(p.read_text()) for p in tree.series_files()]
-    text = cover_letter.path().read_text()
-    base = tree.recorded_base_version()
-    assert cover_letter.problems(text, subjects, base) == []
+    files, base = tree.series_files(), tree.recorded_base_version()
+    assert cover_letter.check(files, base) == []
     # a new base without the text saying so is refused
-    assert any("base" in p for p in cover_letter.problems(text, subjects, base + "+1"))
+    assert any("base" in p for p in cover_letter.check(files, base + "+1"))
 
 
 def test_a_cover_letter_out_of_step_with_the_series_is_refused():

@@ -11,6 +11,10 @@ series as a whole):
               72 columns, the text names patches/base-version, and its
               "[PATCH 00/NN]" and shortlog are those of the series
               (lab/cover_letter.py);
+  width       no line a patch adds to prose (Documentation/, Kconfig
+              help) is wider than 80 columns, tabs at 8: checkpatch allows
+              100 everywhere, reviewers of documentation expect 80; table
+              rows and URLs aside, which cannot be wrapped;
   rst         every reStructuredText file the series adds or changes
               parses without a docutils warning, as `make htmldocs` would
               (Sphinx's own roles and directives aside, which plain
@@ -57,6 +61,32 @@ def checkpatch(patch, src):
                 if ln.startswith(("ERROR:", "WARNING:", "CHECK:"))]
     ok = proc.returncode == 0 and not problems
     return ok, m.group(0) + ("" if ok else ": " + "; ".join(problems[:3]))
+
+
+PROSE_WIDTH = 80
+# files whose added lines are prose, wrapped by hand
+PROSE_FILE = re.compile(r"^(Documentation/.*|(.*/)?Kconfig(\.\w+)?)$")
+# rst table rows and borders, and links: wrapping would break them
+UNWRAPPABLE = re.compile(r"^\s*([|+]|=+( +=+)*\s*$)|://")
+
+
+def wide_prose_lines(text):
+    """("file:+N", width) of every line the patch `text` adds to a prose
+    file wider than PROSE_WIDTH columns; N counts the lines the patch adds
+    to that file."""
+    wide = []
+    name, added = None, 0
+    for line in text.splitlines():
+        if line.startswith("+++ "):
+            path = line[4:].removeprefix("b/")
+            name, added = (path if PROSE_FILE.match(path) else None), 0
+        elif line.startswith("+") and name:
+            added += 1
+            body = line[1:]
+            width = len(body.expandtabs(8))
+            if width > PROSE_WIDTH and not UNWRAPPABLE.search(body):
+                wide.append((f"{name}:+{added}", width))
+    return wide
 
 
 # docutils' report lines: "<file>:<line>: (LEVEL/n) message"
@@ -205,6 +235,12 @@ def run(builds=False, jobs=None, first=None):
             f"{'ok' if ok else 'FAILED'}, {summary}")
         if not ok:
             failed.append(patch.name)
+        wide = wide_prose_lines(patch.read_text())
+        if wide:
+            say(f"check-series: width {patch.name}: FAILED, {len(wide)} prose lines "
+                f"over {PROSE_WIDTH} columns: "
+                + ", ".join(f"{where} ({width})" for where, width in wide[:3]))
+            failed.append(patch.name)
     wrong = cover_letter.check(files, tree.recorded_base_version())
     say(f"check-series: cover letter {cover_letter.NAME}: "
         f"{'ok' if not wrong else 'FAILED, ' + '; '.join(wrong)}")
@@ -221,7 +257,8 @@ def run(builds=False, jobs=None, first=None):
         say(f"check-series: {len(done)} builds passed "
             f"(patches {first} to {len(files)} x options on and off)")
     if failed:
-        raise LabError(f"checkpatch --strict, docutils or the cover letter check "
+        raise LabError(f"checkpatch --strict, the width check, docutils or the "
+                       f"cover letter check "
                        f"complains about {', '.join(failed)}: fix them in "
                        f"build/patched (the cover letter's text in patches/) "
                        f"and `make export`")

@@ -59,6 +59,42 @@ def test_a_badly_written_patch_is_refused(src, tmp_path):
     assert "ERROR:" in summary and "trailing whitespace" in summary.lower()
 
 
+WIDE = """\
+diff --git a/Documentation/mm/x.rst b/Documentation/mm/x.rst
+--- a/Documentation/mm/x.rst
++++ b/Documentation/mm/x.rst
+@@ -1,2 +1,7 @@
+ context
++a line of prose that somebody inserted into a paragraph without wrapping it again
++| a table row, which cannot be wrapped, even when it is quite as wide as this one is |
++See https://lore.kernel.org/linux-mm/a-long-message-id-that-cannot-be-wrapped@example/
++======== ================================================================================
+diff --git a/mm/Kconfig b/mm/Kconfig
+--- a/mm/Kconfig
++++ b/mm/Kconfig
+@@ -1,1 +1,3 @@
++\t  help text indented by a tab: 80 columns wide when the tab counts as 8.
++\t  help text indented by a tab: 81 columns wide, when the tab counts as 8.
+diff --git a/mm/rmap.c b/mm/rmap.c
+--- a/mm/rmap.c
++++ b/mm/rmap.c
+@@ -1,1 +1,2 @@
++\tpr_warn("code is checkpatch's to judge, up to 100 columns, and not this check\n");
+"""
+
+
+def test_every_patch_of_the_series_wraps_its_prose_at_80_columns():
+    for patch in tree.series_files():
+        assert series_check.wide_prose_lines(patch.read_text()) == [], patch.name
+
+
+def test_a_prose_line_wider_than_80_columns_is_refused():
+    # the unwrapped paragraph line and the Kconfig line one column too wide;
+    # not the table, the link, the rst border, the 80-column line or the code
+    assert series_check.wide_prose_lines(WIDE) == [
+        ("Documentation/mm/x.rst:+1", 81), ("mm/Kconfig:+2", 81)]
+
+
 # The mistake patch 0014 had until session 17: a continuation line indented
 # one space less than its list item's text.
 BAD_RST = """\

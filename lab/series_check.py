@@ -233,13 +233,12 @@ def run(builds=False, jobs=None, first=None):
         ok, summary = checkpatch(patch, src)
         say(f"check-series: checkpatch {i}/{len(files)} {patch.name}: "
             f"{'ok' if ok else 'FAILED'}, {summary}")
-        if not ok:
-            failed.append(patch.name)
         wide = wide_prose_lines(patch.read_text())
         if wide:
             say(f"check-series: width {patch.name}: FAILED, {len(wide)} prose lines "
                 f"over {PROSE_WIDTH} columns: "
                 + ", ".join(f"{where} ({width})" for where, width in wide[:3]))
+        if not ok or wide:
             failed.append(patch.name)
     wrong = cover_letter.check(files, tree.recorded_base_version())
     say(f"check-series: cover letter {cover_letter.NAME}: "

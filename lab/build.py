@@ -107,22 +107,29 @@ def fragments_digest(frags):
     return hashlib.sha256(b"".join(f.read_bytes() for f in frags)).hexdigest()
 
 
-def configure_dir(src, out, frags):
-    """tinyconfig + fragments in `out`, re-done only when a fragment changed."""
-    digest = fragments_digest(frags)
+def configure_dir(src, out, frags, make_args=(), checked=None):
+    """tinyconfig + fragments in `out`, re-done only when a fragment changed.
+
+    `make_args` (ARCH=, CROSS_COMPILE=) go to every make; `checked`, the
+    fragments whose options must survive olddefconfig, defaults to all of
+    them (another architecture drops lab.config's x86 options, rightly).
+    """
+    digest = fragments_digest(frags) + " ".join(make_args)
     stamp = out / ".unflush-config"
     if (out / ".config").exists() and stamp.exists() and stamp.read_text() == digest:
         return
     out.mkdir(parents=True, exist_ok=True)
-    _make(src, out, "tinyconfig")
+    _make(src, out, *make_args, "tinyconfig")
     merge = src / "scripts" / "kconfig" / "merge_config.sh"
+    env = dict(os.environ, **dict(a.split("=", 1) for a in make_args))
     proc = subprocess.run([str(merge), "-m", "-O", str(out), str(out / ".config"),
-                           *map(str, frags)], cwd=src, capture_output=True, text=True)
+                           *map(str, frags)], cwd=src, capture_output=True, text=True,
+                          env=env)
     if proc.returncode != 0:
         raise LabError(f"merging config fragments in {out} failed: "
                        f"{proc.stderr.strip() or proc.stdout.strip()}")
-    _make(src, out, "olddefconfig")
-    check_config(out / ".config", frags)
+    _make(src, out, *make_args, "olddefconfig")
+    check_config(out / ".config", frags if checked is None else checked)
     stamp.write_text(digest)
 
 
@@ -166,9 +173,11 @@ def source_id(variant):
     return f"{head} {fragments_digest(fragments(variant))[:16]}\n"
 
 
-def compile_dir(src, out, name, jobs=None):
-    """make bzImage in `out`, showing progress; `name` is the build's name in
-    messages and, as LOCALVERSION, in `uname -r`."""
+def compile_dir(src, out, name, jobs=None, target="bzImage", make_args=(),
+                compiler="gcc"):
+    """make `target` (bzImage) in `out`, showing progress; `name` is the
+    build's name in messages and, as LOCALVERSION, in `uname -r`.
+    `make_args` and `compiler` are for building another architecture."""
     jobs = jobs or (os.cpu_count() or 2) + 1
     ccache_dir = paths.cache_dir() / "ccache"
     env = {
@@ -179,15 +188,15 @@ def compile_dir(src, out, name, jobs=None):
         "KBUILD_BUILD_USER": "unflush",
         "KBUILD_BUILD_HOST": "lab",
     }
-    cc = ["CC=ccache gcc"] if shutil.which("ccache") else []
+    cc = [f"CC=ccache {compiler}"] if shutil.which("ccache") else [f"CC={compiler}"]
     log_path = out / "build.log"
     prog = Progress(f"build {name}")
     steps, last = 0, ""
     with open(log_path, "w") as log:
         # LOCALVERSION names the variant in `uname -r`; set, it also keeps
         # kbuild from appending "+" for a git tree.
-        proc = _make(src, out, *cc, f"LOCALVERSION=-{name}", f"-j{jobs}", "bzImage",
-                     log=log, extra_env=env)
+        proc = _make(src, out, *make_args, *cc, f"LOCALVERSION=-{name}", f"-j{jobs}",
+                     target, log=log, extra_env=env)
         with open(log_path) as follow:
             while True:
                 line = follow.readline()
@@ -208,7 +217,8 @@ def compile_dir(src, out, name, jobs=None):
         raise LabError(f"kernel build of {name} failed: {first} (full log: {log_path})")
     release = (out / "include" / "config" / "kernel.release").read_text().strip()
     prog.done(f"{release}, {steps} steps")
-    return Kernel(name, out / "arch" / "x86" / "boot" / "bzImage", release, out)
+    image = out / "arch" / "x86" / "boot" / "bzImage" if target == "bzImage" else out / target
+    return Kernel(name, image, release, out)
 
 
 def compiler_errors(log_text):

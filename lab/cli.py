@@ -10,8 +10,10 @@
   safety [options]      the safety suite: mm selftests, stress-ng --verify, splats
   insn-profile DIR      instructions per vCPU and kernel function of the windows
                         a `run --insn-profile DIR` recorded
-  check-series [--builds [--from N]]  checkpatch --strict each patch; build
-                        each (from patch N on) with the series' options on and off
+  check-series [--builds [--from N]] [--configs [NAME,...]]
+                        checkpatch --strict each patch; build each (from patch
+                        N on) with the series' options on and off; build the
+                        whole series in each configuration of config/matrix/
 """
 
 import argparse
@@ -131,6 +133,9 @@ def parser():
     c.add_argument("--from", dest="first", type=int, metavar="N",
                    help="with --builds: start at patch N (1 = the first), for a series "
                         "whose earlier patches were built before")
+    c.add_argument("--configs", nargs="?", const="all", metavar="NAME,...",
+                   help="also build the whole series in each configuration of "
+                        "config/matrix/ (or those named), with no warning allowed")
     c.add_argument("-j", "--jobs", type=int, help="parallel jobs (default: CPUs+1)")
     return p
 
@@ -186,7 +191,7 @@ def main(argv=None):
             return insnprof.main(args)
         if args.cmd == "check-series":
             from lab import series_check
-            return series_check.run(args.builds, args.jobs, args.first)
+            return series_check.run(args.builds, args.jobs, args.first, args.configs)
         if args.cmd == "safety":
             from lab import safety
             return safety.main(args)

@@ -23,7 +23,11 @@ series as a whole):
               the options of config/series.config and of
               config/series-debug.config (the LUF checker, the KUnit
               test) on, and again with them all off, so that no patch
-              depends on a later one and the series compiles out cleanly.
+              depends on a later one and the series compiles out cleanly;
+  configs     (with --configs) the whole series builds, with no warning,
+              in each configuration of config/matrix/: SMP, swap, THP,
+              NUMA, migration or the counters off, everything that calls
+              into LUF on, i386 and arm64 (lab/series_configs.py).
 
 The builds run in build/series-check, a detached worktree moved from commit
 to commit, with one object directory per setting one level below it: kbuild
@@ -37,7 +41,7 @@ import re
 import shutil
 import subprocess
 
-from lab import build, cover_letter, paths, tree
+from lab import build, cover_letter, paths, series_configs, tree
 from lab.errors import LabError
 from lab.progress import say
 
@@ -216,10 +220,13 @@ def build_each(src, jobs=None, first=1):
     return results
 
 
-def run(builds=False, jobs=None, first=None):
+def run(builds=False, jobs=None, first=None, configs=None):
     if first is not None and not builds:
         raise LabError("check-series --from N chooses where the builds start: "
                        "give it with --builds", exit_code=2)
+    if configs is not None:  # bad names and missing compilers before the rest
+        for name in series_configs.select(configs):
+            series_configs.arch_of(series_configs.MATRIX / f"{name}.config")
     first = 1 if first is None else first
     src = tree.ensure_patched()
     files = tree.series_files()
@@ -255,6 +262,10 @@ def run(builds=False, jobs=None, first=None):
         done = build_each(src, jobs, first)
         say(f"check-series: {len(done)} builds passed "
             f"(patches {first} to {len(files)} x options on and off)")
+    if configs is not None:
+        names = series_configs.build_all(configs, jobs)
+        say(f"check-series: the series builds in {len(names)} configurations of "
+            f"config/matrix/ with no warning: {', '.join(names)}")
     if failed:
         raise LabError(f"checkpatch --strict, the width check, docutils or the "
                        f"cover letter check "

@@ -8,6 +8,7 @@ counts are exact under emulation, time is not (see the note the report
 opens with).
 """
 
+import itertools
 import statistics
 from pathlib import Path
 
@@ -192,6 +193,44 @@ def spread_verdicts(doc):
     return out
 
 
+def vanilla_halves(reps):
+    """Every way to split vanilla's repetitions into two halves, each way
+    once (the first repetition always in the first half): the same kernel
+    against itself.  None below four repetitions, where a half has no
+    spread."""
+    if len(reps) < 4:
+        return []
+    half, rest = len(reps) // 2, range(1, len(reps))
+    out = []
+    for combo in itertools.combinations(rest, half - 1):
+        first = {0, *combo}
+        out.append(([r for i, r in enumerate(reps) if i in first],
+                    [r for i, r in enumerate(reps) if i not in first]))
+    return out
+
+
+def self_spread(doc):
+    """{(experiment, metric): (largest difference of medians, splits judged
+    outside the spread, splits)} of vanilla against itself, for every judged
+    cost of an experiment with four or more repetitions of vanilla: how far
+    apart the same kernel's halves land, and how often the spread_verdicts()
+    yardstick calls that a difference."""
+    out, mode = {}, doc["meta"]["mode"]
+    for exp_id, configs in doc["experiments"].items():
+        splits = vanilla_halves(configs.get("vanilla", []))
+        for name in (m for m in metrics_of(configs) if splits and is_judged(m, mode)):
+            diffs, off = [], 0
+            for a, b in splits:
+                sa = summary([metric_value(r, name) for r in a])
+                sb = summary([metric_value(r, name) for r in b])
+                if sa and sb:
+                    diffs.append(abs(sb[0] - sa[0]))
+                    off += against_spread(sa, sb, name) != "within"
+            if diffs:
+                out[(exp_id, name)] = (max(diffs), off, len(diffs))
+    return out
+
+
 def plural(n, noun):
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
@@ -219,15 +258,32 @@ def spread_section(doc):
               f"{plural(len(verdicts), 'cost')} in "
               f"{plural(n_exp, 'experiment')}: {len(worse)} worse, {len(better)} better, "
               f"{len(verdicts) - len(worse) - len(better)} within the spread.", ""]
+    selfs = self_spread(doc)
+    if selfs:
+        off = sum(v[1] for v in selfs.values())
+        n = sum(v[2] for v in selfs.values())
+        lines += [f"Vanilla against itself, to calibrate the yardstick: in "
+                  f"{plural(len({e for e, _ in selfs}), 'experiment')}, vanilla's "
+                  f"repetitions split into two halves every way and judged the same "
+                  f"way gave {off} of {plural(n, 'comparison')} outside the spread. "
+                  f"The tables give, as \"vanilla vs itself\", the largest "
+                  f"difference between the medians of two such halves, beside the "
+                  f"kernel's difference from vanilla.", ""]
     for title, rows in (("Worse", worse), ("Better", better)):
         if not rows:
             continue
+        head = "| experiment | metric | kernel | vanilla | kernel's | kernel/vanilla |"
         lines += [f"{title}:", "",
-                  "| experiment | metric | kernel | vanilla | kernel's | kernel/vanilla |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {e} | {m} | {k} | {cell(b, m)} | {cell(o, m)} | "
-                  + (f"{o[0] / b[0]:.3f} |" if b[0] else "- |")
-                  for e, k, m, b, o, _ in rows]
+                  head + (" difference | vanilla vs itself |" if selfs else ""),
+                  "|---|---|---|---|---|---|" + ("---|---|" if selfs else "")]
+        for e, k, m, b, o, _ in rows:
+            row = (f"| {e} | {m} | {k} | {cell(b, m)} | {cell(o, m)} | "
+                   + (f"{o[0] / b[0]:.3f} |" if b[0] else "- |"))
+            if selfs:
+                own = selfs.get((e, m))
+                row += (f" {fmt(o[0] - b[0], m)} | "
+                        + (f"{fmt(own[0], m)} |" if own else "- |"))
+            lines.append(row)
         lines.append("")
     return lines
 

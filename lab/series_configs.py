@@ -2,8 +2,9 @@
 a build bot would try, beyond the one the lab's kernels use.
 
 Each file of config/matrix/ is one configuration: tinyconfig, then
-config/lab.config, series.config and series-debug.config, then that file,
-then olddefconfig.  Only the file's own options are checked afterwards:
+config/lab.config, series.config, series-debug.config and
+matrix-base.config (the stack frame warning of a 64-bit configuration),
+then that file, then olddefconfig.  Only the file's own options are checked afterwards:
 they are what the configuration is about (and another architecture drops
 lab.config's x86 options, rightly).  A line "# arch: NAME" in the file
 builds it for another architecture with a cross compiler (ARCHES).
@@ -26,7 +27,8 @@ from lab.errors import LabError
 from lab.progress import say
 
 MATRIX = paths.CONFIG / "matrix"
-BASE = ("lab.config", "series.config", "series-debug.config")
+BASE = ("lab.config", "series.config", "series-debug.config",
+        "matrix-base.config")
 ARCH_LINE = re.compile(r"^#\s*arch:\s*(\S+)\s*$", re.M)
 # make's variables, the compiler and the Debian package that has it
 ARCHES = {

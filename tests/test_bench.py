@@ -237,3 +237,38 @@ def test_spread_under_icount_judges_own_instructions_only():
                "patched": reps([100, 102], [2.0, 2.1])}}}
     assert [(m, v) for _, _, m, _, _, v in report.spread_verdicts(doc)] == [
         ("insns/vcpu0_per_op", "within")]
+
+
+def test_vanilla_against_itself_calibrates_the_yardstick(tmp_path):
+    """With four or more repetitions, vanilla's halves are judged against
+    each other: how far apart one kernel lands, beside a kernel's cost."""
+    def reps(own):
+        out = []
+        for o in own:
+            r = json.loads(rec("x", 1.0, 0)[15:])
+            r["counters"]["insns/vcpu0_per_op"] = o
+            out.append(r)
+        return out
+    doc = {"meta": {"date": "d", "host": "h", "mode": "icount", "quick": True,
+                    "reps": 4, "kernels": {"vanilla": {"release": "6.12.117"}},
+                    "series": []},
+           "experiments": {
+               # halves {100,101} {103,104} are apart in one split of three
+               "swap-loop": {"vanilla": reps([100, 103, 104, 101]),
+                             "patched": reps([140, 141, 139, 140])},
+               # three repetitions: no halves with a spread
+               "migrate-loop": {"vanilla": reps([50, 50, 50]),
+                                "patched": reps([60, 60, 60])}},
+           "failures": []}
+    name = "insns/vcpu0_per_op"
+    assert report.vanilla_halves(reps([1, 2, 3])) == []
+    assert len(report.vanilla_halves(reps([1, 2, 3, 4, 5, 6]))) == 10
+    # splits {100,103}|{104,101}, {100,104}|{103,101}, {100,101}|{103,104}
+    assert report.self_spread(doc) == {("swap-loop", name): (3, 1, 3)}
+    report.write(tmp_path, doc)
+    text = (tmp_path / "report.md").read_text()
+    assert "in 1 experiment, vanilla's repetitions split" in text
+    assert "gave 1 of 3 comparisons outside the spread" in text
+    assert "| swap-loop | insns/vcpu0_per_op | patched | 102 [100-104] | 140 [139-141] " \
+           "| 1.373 | 38 | 3 |" in text
+    assert "| migrate-loop | insns/vcpu0_per_op | patched | 50 | 60 | 1.200 | 10 | - |" in text

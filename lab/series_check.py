@@ -264,8 +264,9 @@ def run(builds=False, jobs=None, first=None, configs=None):
             f"(patches {first} to {len(files)} x options on and off)")
     if configs is not None:
         names = series_configs.build_all(configs, jobs)
-        say(f"check-series: the series builds in {len(names)} configurations of "
-            f"config/matrix/ with no warning: {', '.join(names)}")
+        say(f"check-series: the series builds in {len(names)} configuration"
+            f"{'' if len(names) == 1 else 's'} of config/matrix/ with no warning: "
+            f"{', '.join(names)}")
     if failed:
         raise LabError(f"checkpatch --strict, the width check, docutils or the "
                        f"cover letter check "

@@ -121,10 +121,9 @@ def configure_dir(src, out, frags, make_args=(), checked=None):
     out.mkdir(parents=True, exist_ok=True)
     _make(src, out, *make_args, "tinyconfig")
     merge = src / "scripts" / "kconfig" / "merge_config.sh"
-    env = dict(os.environ, **dict(a.split("=", 1) for a in make_args))
+    # -m: only merge, so the script runs no make and needs no ARCH
     proc = subprocess.run([str(merge), "-m", "-O", str(out), str(out / ".config"),
-                           *map(str, frags)], cwd=src, capture_output=True, text=True,
-                          env=env)
+                           *map(str, frags)], cwd=src, capture_output=True, text=True)
     if proc.returncode != 0:
         raise LabError(f"merging config fragments in {out} failed: "
                        f"{proc.stderr.strip() or proc.stdout.strip()}")

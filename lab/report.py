@@ -195,8 +195,8 @@ def spread_verdicts(doc):
 
 def vanilla_halves(reps):
     """Every way to split vanilla's repetitions into two halves, each way
-    once (the first repetition always in the first half): the same kernel
-    against itself.  None below four repetitions, where a half has no
+    once (the first repetition always in the first half, which is the
+    smaller for an odd count): the same kernel against itself.  None below four repetitions, where a half has no
     spread."""
     if len(reps) < 4:
         return []
@@ -218,7 +218,9 @@ def self_spread(doc):
     out, mode = {}, doc["meta"]["mode"]
     for exp_id, configs in doc["experiments"].items():
         splits = vanilla_halves(configs.get("vanilla", []))
-        for name in (m for m in metrics_of(configs) if splits and is_judged(m, mode)):
+        if not splits:
+            continue
+        for name in (m for m in metrics_of(configs) if is_judged(m, mode)):
             diffs, off = [], 0
             for a, b in splits:
                 sa = summary([metric_value(r, name) for r in a])

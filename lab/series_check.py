@@ -224,9 +224,8 @@ def run(builds=False, jobs=None, first=None, configs=None):
     if first is not None and not builds:
         raise LabError("check-series --from N chooses where the builds start: "
                        "give it with --builds", exit_code=2)
-    if configs is not None:  # bad names and missing compilers before the rest
-        for name in series_configs.select(configs):
-            series_configs.arch_of(series_configs.MATRIX / f"{name}.config")
+    # bad names and missing compilers before the rest
+    names = None if configs is None else series_configs.select_buildable(configs)
     first = 1 if first is None else first
     src = tree.ensure_patched()
     files = tree.series_files()
@@ -262,8 +261,8 @@ def run(builds=False, jobs=None, first=None, configs=None):
         done = build_each(src, jobs, first)
         say(f"check-series: {len(done)} builds passed "
             f"(patches {first} to {len(files)} x options on and off)")
-    if configs is not None:
-        names = series_configs.build_all(configs, jobs)
+    if names is not None:
+        series_configs.build_all(names, jobs)
         say(f"check-series: the series builds in {len(names)} configuration"
             f"{'' if len(names) == 1 else 's'} of config/matrix/ with no warning: "
             f"{', '.join(names)}")

@@ -4,9 +4,9 @@ a build bot would try, beyond the one the lab's kernels use.
 Each file of config/matrix/ is one configuration: tinyconfig, then
 config/lab.config, series.config, series-debug.config and
 matrix-base.config (the stack frame warning of a 64-bit configuration),
-then that file, then olddefconfig.  Only the file's own options are checked afterwards:
-they are what the configuration is about (and another architecture drops
-lab.config's x86 options, rightly).  A line "# arch: NAME" in the file
+then that file, then olddefconfig.  Only the file's own options are checked
+afterwards: they are what the configuration is about (and another
+architecture drops lab.config's x86 options, rightly).  A line "# arch: NAME" in the file
 builds it for another architecture with a cross compiler (ARCHES).
 
 Each is `make vmlinux` of build/patched, the tree of the whole series, in
@@ -56,6 +56,15 @@ def select(spec):
                        f"{', '.join(unknown) or repr(spec)}: choose from "
                        f"{', '.join(names)} or all", exit_code=2)
     return [n for n in names if n in asked]
+
+
+def select_buildable(spec):
+    """select(spec), having checked that each can be built here: a bad name
+    or a missing cross compiler is said before any build starts."""
+    names = select(spec)
+    for name in names:
+        arch_of(MATRIX / f"{name}.config")
+    return names
 
 
 def arch_of(fragment):
@@ -117,11 +126,9 @@ def build_one(src, name, jobs=None):
     return time.monotonic() - start
 
 
-def build_all(spec, jobs=None):
-    """Build every configuration `spec` selects; stop at the first failure."""
-    names = select(spec)
-    for name in names:  # a missing cross compiler is said before any build
-        arch_of(MATRIX / f"{name}.config")
+def build_all(names, jobs=None):
+    """Build the configurations `names` (from select_buildable()); stop at
+    the first failure."""
     src = tree.ensure_patched()
     for i, name in enumerate(names, 1):
         took = build_one(src, name, jobs)

@@ -1,6 +1,6 @@
 """`lab check-series --configs`: the configurations of config/matrix/.
 
-Building them takes an hour on two cores, so it is run by hand before a
+Building them takes two hours on two cores, so it is run by hand before a
 series is posted (README, "Working on the series").  What runs here is
 what can go wrong without a build: a configuration whose options Kconfig
 silently drops, a name or an architecture the lab does not know, a missing

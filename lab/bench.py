@@ -77,6 +77,12 @@ def has_switches(kernel):
     return kernel != "host" and build.VARIANTS[kernel][0] != "vanilla"
 
 
+def baseline(kernels):
+    """What the report compares the other kernels with: the first kernel
+    without the series (vanilla, or vanilla-distro for patched-distro)."""
+    return next((k for k in kernels if not has_switches(k)), "vanilla")
+
+
 def _bracket(exp_id, config, command):
     return [f"echo UNFLUSH-BEGIN {exp_id} {config}",
             f"{command} 2>&1",
@@ -222,6 +228,7 @@ class VMRunner:
             "duration_s": round(time.monotonic() - started, 1),
             "kernels": {k: {"release": v.release, "variant": k}
                         for k, v in self.kernels.items()},
+            "baseline": baseline(self.kernels),
             **self.identity,
             "vm_shapes": self.shapes,
             "host": socket.gethostname(),

@@ -1,6 +1,6 @@
 """Configure and build the lab's kernels.
 
-Five variants, from config fragments in config/:
+Seven variants, from config fragments in config/:
 
   vanilla        build/vanilla  tinyconfig + lab.config
   patched        build/patched  tinyconfig + lab.config + series.config
@@ -12,6 +12,10 @@ Five variants, from config fragments in config/:
   broken         build/broken   tinyconfig + lab.config + series.config; the series
                           plus patches/testing/, a kernel broken on purpose so
                           the safety tests can be shown to fail (docs/stale-tlb.md)
+  vanilla-distro build/vanilla  vanilla and patched with distro.config: jump
+  patched-distro build/patched  labels, no DEBUG_TLBFLUSH, what the series costs
+                                in a distribution's kernel (bench -k
+                                vanilla-distro,patched-distro --icount)
 
 series.config holds the options only the series defines; vanilla's Kconfig
 would drop them and check_config() would rightly complain.
@@ -41,6 +45,8 @@ VARIANTS = {
                           "series-debug.config"]),
     "vanilla-debug": ("vanilla", ["lab.config", "debug.config"]),
     "broken": ("broken", ["lab.config", "series.config"]),
+    "vanilla-distro": ("vanilla", ["lab.config", "distro.config"]),
+    "patched-distro": ("patched", ["lab.config", "series.config", "distro.config"]),
 }
 
 CONFIG_LINE = re.compile(r"^(CONFIG_\w+)=(.*)$|^# (CONFIG_\w+) is not set$")

@@ -3,7 +3,8 @@
 One table per experiment: a row per metric, a column per configuration
 (vanilla, patched, patched/<switch>=0), each cell the median over the
 repetitions with its min-max, then the ratio of each configuration to
-vanilla and of each mechanism on to off.  Counts come first, time last:
+vanilla (the run's baseline, see baseline()) and of each mechanism on to
+off.  Counts come first, time last:
 counts are exact under emulation, time is not (see the note the report
 opens with).
 """
@@ -106,18 +107,27 @@ def cell(s, name):
     return f"{fmt(med, name)} [{fmt(lo, name)}-{fmt(hi, name)}]"
 
 
-def config_order(configs):
-    return sorted(configs, key=lambda c: (c != "vanilla", c != "patched", c != "host", c))
+def baseline(doc):
+    """The kernel every other one is compared with: vanilla, or the
+    unpatched kernel of the run's other configuration (`bench -k
+    vanilla-distro,patched-distro`).  Runs from before it was recorded
+    compared with vanilla."""
+    return doc["meta"].get("baseline", "vanilla")
 
 
-def ratios(order):
+def config_order(configs, base="vanilla"):
+    """The baseline, the kernels, then their switch-off runs."""
+    return sorted(configs, key=lambda c: (c != base, "/" in c, c))
+
+
+def ratios(order, base="vanilla"):
     """(numerator, denominator, heading) of the ratio columns: every
-    configuration against vanilla, and each kernel with a mechanism on
+    configuration against the baseline, and each kernel with a mechanism on
     against the same kernel with it switched off (`patched/zap_ptes=0`),
     which is the before/after the mechanism's seed reported."""
     out = []
-    if "vanilla" in order:
-        out += [(c, "vanilla", f"{c}/vanilla") for c in order if c != "vanilla"]
+    if base in order:
+        out += [(c, base, f"{c}/{base}") for c in order if c != base]
     for c in order:
         kernel, _, switch = c.partition("/")
         if switch.endswith("=0") and kernel in order:
@@ -125,9 +135,9 @@ def ratios(order):
     return out
 
 
-def table(exp_id, configs):
-    order = config_order(configs)
-    cols = ratios(order)
+def table(exp_id, configs, base="vanilla"):
+    order = config_order(configs, base)
+    cols = ratios(order, base)
     head = ["metric", *order, *[h for _, _, h in cols]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in metrics_of(configs):
@@ -173,18 +183,19 @@ def against_spread(base, other, name):
 
 
 def spread_verdicts(doc):
-    """(experiment, kernel, metric, vanilla, kernel's, verdict) for every cost
-    of every kernel (not its switch-off runs) measured beside vanilla, with
-    at least two repetitions each: one run has no spread to judge by."""
-    out, mode = [], doc["meta"]["mode"]
+    """(experiment, kernel, metric, baseline's, kernel's, verdict) for every
+    cost of every kernel (not its switch-off runs) measured beside the
+    baseline, with at least two repetitions each: one run has no spread to
+    judge by."""
+    out, mode, ref = [], doc["meta"]["mode"], baseline(doc)
     for exp_id in sorted(doc["experiments"], key=suite_order):
         configs = doc["experiments"][exp_id]
-        if len(configs.get("vanilla", [])) < 2:
+        if len(configs.get(ref, [])) < 2:
             continue
-        kernels = [c for c in config_order(configs)
-                   if c != "vanilla" and "/" not in c and len(configs[c]) >= 2]
+        kernels = [c for c in config_order(configs, ref)
+                   if c != ref and "/" not in c and len(configs[c]) >= 2]
         for name in (m for m in metrics_of(configs) if is_judged(m, mode)):
-            base = summary([metric_value(r, name) for r in configs["vanilla"]])
+            base = summary([metric_value(r, name) for r in configs[ref]])
             for k in kernels:
                 other = summary([metric_value(r, name) for r in configs[k]])
                 if base and other:
@@ -193,8 +204,8 @@ def spread_verdicts(doc):
     return out
 
 
-def vanilla_halves(reps):
-    """Every way to split vanilla's repetitions into two halves, each way
+def baseline_halves(reps):
+    """Every way to split the baseline's repetitions into two halves, each way
     once (the first repetition always in the first half, which is the
     smaller for an odd count): the same kernel against itself.  None below four repetitions, where a half has no
     spread."""
@@ -211,13 +222,13 @@ def vanilla_halves(reps):
 
 def self_spread(doc):
     """{(experiment, metric): (largest difference of medians, splits judged
-    outside the spread, splits)} of vanilla against itself, for every judged
-    cost of an experiment with four or more repetitions of vanilla: how far
+    outside the spread, splits)} of the baseline against itself, for every
+    judged cost of an experiment with four or more repetitions of it: how far
     apart the same kernel's halves land, and how often the spread_verdicts()
     yardstick calls that a difference."""
     out, mode = {}, doc["meta"]["mode"]
     for exp_id, configs in doc["experiments"].items():
-        splits = vanilla_halves(configs.get("vanilla", []))
+        splits = baseline_halves(configs.get(baseline(doc), []))
         if not splits:
             continue
         for name in (m for m in metrics_of(configs) if is_judged(m, mode)):
@@ -239,10 +250,10 @@ def plural(n, noun):
 
 def spread_section(doc):
     """The report's verdict on regressions: costs outside the spread."""
-    verdicts = spread_verdicts(doc)
+    verdicts, ref = spread_verdicts(doc), baseline(doc)
     lines = ["## Outside the run-to-run spread", ""]
     if not verdicts:
-        return lines + ["Nothing to judge: a kernel and vanilla need two repetitions "
+        return lines + [f"Nothing to judge: a kernel and {ref} need two repetitions "
                         "each of the same experiment (`-r 2` or more).", ""]
     worse = [v for v in verdicts if v[5] == "worse"]
     better = [v for v in verdicts if v[5] == "better"]
@@ -253,8 +264,8 @@ def spread_section(doc):
             "any instruction a kernel adds to a path shows"
             if doc["meta"]["mode"] == "icount" else
             "guest time, rates (where more is better) and latencies")
-    lines += [f"Each kernel against vanilla, by the [min-max] of their repetitions: "
-              f"worse when every repetition did worse than every one of vanilla's, "
+    lines += [f"Each kernel against {ref}, by the [min-max] of their repetitions: "
+              f"worse when every repetition did worse than every one of {ref}'s, "
               f"better the other way round. Judged: {what}. Counts are not judged "
               f"here: they are exact, and their change is what a mechanism does. "
               f"{plural(len(verdicts), 'cost')} in "
@@ -264,19 +275,19 @@ def spread_section(doc):
     if selfs:
         off = sum(v[1] for v in selfs.values())
         n = sum(v[2] for v in selfs.values())
-        lines += [f"Vanilla against itself, to calibrate the yardstick: in "
-                  f"{plural(len({e for e, _ in selfs}), 'experiment')}, vanilla's "
+        lines += [f"The baseline against itself, to calibrate the yardstick: in "
+                  f"{plural(len({e for e, _ in selfs}), 'experiment')}, {ref}'s "
                   f"repetitions split into two halves every way and judged the same "
                   f"way gave {off} of {plural(n, 'comparison')} outside the spread. "
-                  f"The tables give, as \"vanilla vs itself\", the largest "
+                  f"The tables give, as \"{ref} vs itself\", the largest "
                   f"difference between the medians of two such halves, beside the "
-                  f"kernel's difference from vanilla.", ""]
+                  f"kernel's difference from {ref}.", ""]
     for title, rows in (("Worse", worse), ("Better", better)):
         if not rows:
             continue
-        head = "| experiment | metric | kernel | vanilla | kernel's | kernel/vanilla |"
+        head = f"| experiment | metric | kernel | {ref} | kernel's | kernel/{ref} |"
         lines += [f"{title}:", "",
-                  head + (" difference | vanilla vs itself |" if selfs else ""),
+                  head + (f" difference | {ref} vs itself |" if selfs else ""),
                   "|---|---|---|---|---|---|" + ("---|---|" if selfs else "")]
         for e, k, m, b, o, _ in rows:
             row = (f"| {e} | {m} | {k} | {cell(b, m)} | {cell(o, m)} | "
@@ -329,7 +340,8 @@ def write(out, doc):
     parts += spread_section(doc)
     plots = make_plots(out, doc)
     for exp_id in sorted(doc["experiments"], key=suite_order):
-        parts += [f"## {exp_id}", "", table(exp_id, doc["experiments"][exp_id]), ""]
+        parts += [f"## {exp_id}", "",
+                  table(exp_id, doc["experiments"][exp_id], baseline(doc)), ""]
         for title, png in plots.get(exp_id.split("/")[0], []):
             parts += [f"![{title}]({png})", ""]
             plots.pop(exp_id.split("/")[0])
@@ -349,7 +361,7 @@ def make_plots(out, doc):
     sizes = [k for k in exps if k.startswith("munmap-folio-size/") and k.count("/") == 1]
     if sizes:
         sizes.sort(key=lambda k: int(k.split("/")[1].rstrip("K")))
-        configs = config_order({c: 1 for k in sizes for c in exps[k]})
+        configs = config_order({c: 1 for k in sizes for c in exps[k]}, baseline(doc))
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         for config in configs:
             for ax, name in zip(axes, ("elapsed_s", "tlb_flush/")):
@@ -369,7 +381,7 @@ def make_plots(out, doc):
     tiering = exps.get("ro-reclaim-tiering", {})
     if any(r.get("tlb_irq_series") for reps in tiering.values() for r in reps):
         fig, ax = plt.subplots(figsize=(7, 4))
-        for i, config in enumerate(config_order(tiering)):
+        for i, config in enumerate(config_order(tiering, baseline(doc))):
             for j, rep in enumerate(tiering[config]):
                 series = rep.get("tlb_irq_series") or []
                 ax.plot([t for t, _ in series], [v for _, v in series], color=f"C{i}",

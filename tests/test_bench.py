@@ -261,8 +261,8 @@ def test_vanilla_against_itself_calibrates_the_yardstick(tmp_path):
                                 "patched": reps([60, 60, 60])}},
            "failures": []}
     name = "insns/vcpu0_per_op"
-    assert report.vanilla_halves(reps([1, 2, 3])) == []
-    assert len(report.vanilla_halves(reps([1, 2, 3, 4, 5, 6]))) == 10
+    assert report.baseline_halves(reps([1, 2, 3])) == []
+    assert len(report.baseline_halves(reps([1, 2, 3, 4, 5, 6]))) == 10
     # splits {100,103}|{104,101}, {100,104}|{103,101}, {100,101}|{103,104}
     assert report.self_spread(doc) == {("swap-loop", name): (3, 1, 3)}
     report.write(tmp_path, doc)
@@ -272,3 +272,35 @@ def test_vanilla_against_itself_calibrates_the_yardstick(tmp_path):
     assert "| swap-loop | insns/vcpu0_per_op | patched | 102 [100-104] | 140 [139-141] " \
            "| 1.373 | 38 | 3 |" in text
     assert "| migrate-loop | insns/vcpu0_per_op | patched | 50 | 60 | 1.200 | 10 | - |" in text
+
+
+def test_report_compares_with_the_runs_baseline(tmp_path):
+    """`-k vanilla-distro,patched-distro`: the distro kernels are judged
+    against each other, not against a vanilla that was not in the run."""
+    def reps(own):
+        out = []
+        for o in own:
+            r = json.loads(rec("x", 1.0, 0)[15:])
+            r["counters"]["insns/vcpu0_per_op"] = o
+            out.append(r)
+        return out
+    assert bench.baseline(["vanilla-distro", "patched-distro"]) == "vanilla-distro"
+    assert bench.baseline(["patched-distro", "vanilla-distro"]) == "vanilla-distro"
+    assert bench.baseline(["patched"]) == "vanilla"
+    doc = {"meta": {"date": "d", "host": "h", "mode": "icount", "quick": True,
+                    "reps": 2, "kernels": {"vanilla-distro": {"release": "a"},
+                                           "patched-distro": {"release": "b"}},
+                    "baseline": "vanilla-distro", "series": []},
+           "experiments": {"swap-loop": {
+               "patched-distro/unmap_flush=0": reps([90, 91]),
+               "patched-distro": reps([110, 111]),
+               "vanilla-distro": reps([100, 101])}},
+           "failures": []}
+    assert [(k, v) for _, k, _, _, _, v in report.spread_verdicts(doc)] == [
+        ("patched-distro", "worse")]
+    report.write(tmp_path, doc)
+    text = (tmp_path / "report.md").read_text()
+    assert "Each kernel against vanilla-distro, by" in text
+    assert ("| metric | vanilla-distro | patched-distro | patched-distro/unmap_flush=0 "
+            "| patched-distro/vanilla-distro | patched-distro/unmap_flush=0/vanilla-distro "
+            "| unmap_flush on/off |") in text

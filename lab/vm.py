@@ -110,11 +110,27 @@ def kernel_args(kernel):
     -cpu max, which has LA57).  A false report in vanilla code, and a splat
     fails the run.
     """
+    return ["no5lvl"] if built_option(kernel, "CONFIG_KASAN") == "y" else []
+
+
+def built_option(kernel, name):
+    """The value of CONFIG_`name` in the kernel's .config, 'n' if unset."""
     config = Path(kernel.objdir) / ".config"
     if not config.exists():
-        return []
-    kasan = build.wanted_options([config]).get("CONFIG_KASAN") == "y"
-    return ["no5lvl"] if kasan else []
+        return "n"
+    return build.wanted_options([config]).get(name, "n")
+
+
+def check_jump_labels(kernel, shape, accel):
+    """Jump labels and multi-threaded TCG do not mix (config/lab.config): a
+    vCPU can run the int3 of a static key flipped under it, and the guest
+    dies of "Oops: int3".  Under --icount the vCPUs share one thread."""
+    if (accel == "tcg" and not shape.icount and shape.cpus > 1
+            and built_option(kernel, "CONFIG_JUMP_LABEL") == "y"):
+        raise LabError(f"{kernel.variant} is built with jump labels, which QEMU's "
+                       f"multi-threaded TCG can break when a static key flips: "
+                       f"add --icount, which runs the vCPUs in one thread",
+                       exit_code=2)
 
 
 def qemu_command(image, initrd, shape, console_log, output_log, accel, extra_args=()):
@@ -227,6 +243,7 @@ def run(kernel, command, shape=None, logdir=None, quiet=False, allow_splats=Fals
     if shape.data_disk and not Path(shape.data_disk).is_file():
         raise LabError(f"data disk {shape.data_disk} not found")
     accel = choose_accel(kernel, shape)
+    check_jump_labels(kernel, shape, accel)
     logdir = Path(logdir) if logdir else new_logdir(kernel)
     logdir.mkdir(parents=True, exist_ok=True)
     console_log, output_log = logdir / "console.log", logdir / "output.log"

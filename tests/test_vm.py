@@ -92,6 +92,25 @@ def test_kasan_kernels_boot_with_4_level_paging(tmp_path, config, args):
     assert ("no5lvl" in cmd[cmd.index("-append") + 1].split()) == bool(args)
 
 
+@pytest.mark.parametrize("shape, refused", [
+    (vm.VMShape(), True),
+    (vm.VMShape(icount=True), False),
+    (vm.VMShape(cpus=1), False),
+])
+def test_jump_labels_need_one_tcg_thread(tmp_path, shape, refused):
+    """A distro kernel under multi-threaded TCG is refused before it boots."""
+    (tmp_path / ".config").write_text("CONFIG_JUMP_LABEL=y\n")
+    kernel = build.Kernel("patched-distro", tmp_path / "bzImage", "6.12.117", tmp_path)
+    if refused:
+        with pytest.raises(LabError, match="patched-distro is built with jump labels.*"
+                                           "add --icount"):
+            vm.check_jump_labels(kernel, shape, "tcg")
+    else:
+        vm.check_jump_labels(kernel, shape, "tcg")
+    (tmp_path / ".config").write_text("# CONFIG_JUMP_LABEL is not set\n")
+    vm.check_jump_labels(kernel, vm.VMShape(), "tcg")
+
+
 def test_splat_patterns():
     console = ("[ 1.0] ok\n[ 2.0] BUG: KASAN: use-after-free in foo\n"
                "[ 3.0] WARNING: possible circular locking dependency detected\n"

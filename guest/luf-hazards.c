@@ -153,7 +153,7 @@ static const char usage[] =
 "\n"
 "Needs root, 2 usable CPUs, a kernel with LUF (" LUF_SWITCH ",\n"
 "switched on here and put back at exit) and nr_tlb_luf_folios in\n"
-"/proc/vmstat (CONFIG_DEBUG_TLBFLUSH): a trial whose take-away did not move\n"
+"/proc/vmstat (CONFIG_VM_EVENT_COUNTERS): a trial whose take-away did not move\n"
 "it was not lazy and is not counted (missed_trials), nor is one in which\n"
 "the reader's CPU ran anything else between the take-away and the mode's\n"
 "operation (disturbed_trials: switching back flushes its TLB).  Each\n"
@@ -789,7 +789,7 @@ int main(int argc, char **argv)
 		die(1, "this kernel has no LUF (" LUF_SWITCH "): nothing to attack");
 	attack_cpus(&main_cpu, &reader_cpu);
 	if (vmstat_value("nr_tlb_luf_folios") < 0)
-		die(1, "no nr_tlb_luf_folios in /proc/vmstat (CONFIG_DEBUG_TLBFLUSH): a lazy take-away could not be told from a flushed one");
+		die(1, "no nr_tlb_luf_folios in /proc/vmstat (CONFIG_VM_EVENT_COUNTERS): a lazy take-away could not be told from a flushed one");
 	/*
 	 * demote: whether a reclaim call demotes the trial's page (and not
 	 * another page of the cgroup), and whether its copy outlives the call,

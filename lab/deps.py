@@ -29,6 +29,8 @@ APT_PACKAGES = [
     "procps", "psmisc",
     # mkfs.xfs: split_huge_page_test's page-cache THPs need an XFS
     "xfsprogs",
+    # Debian's own configs, which config/distro.config is checked against
+    "linux-config-6.12",
 ]
 # module -> (PyPI name, Debian package for Debian's own python3)
 PY_PACKAGES = {"pytest": ("pytest", "python3-pytest"),

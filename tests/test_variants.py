@@ -1,0 +1,48 @@
+"""The kernel variants `make test` does not build keep their options.
+
+vanilla-distro and patched-distro (config/distro.config) and vanilla-debug
+are built by hand.  A fragment option that Kconfig drops for an unmet
+dependency would only show when someone does; configuring them here,
+without a build, shows it now.
+"""
+
+import lzma
+from pathlib import Path
+
+import pytest
+
+from lab import build, paths, tree
+
+BUILT_BY_HAND = ("vanilla-distro", "patched-distro", "vanilla-debug")
+
+
+@pytest.mark.parametrize("variant", BUILT_BY_HAND)
+def test_variant_keeps_its_options_through_olddefconfig(variant, tmp_path):
+    if build.VARIANTS[variant][0] == "vanilla":
+        src = tree.ensure_vanilla()
+    else:
+        src = tree.ensure_patched()
+    # check_config() raises if Kconfig dropped an option a fragment asks for
+    build.configure_dir(src, tmp_path / "o", build.fragments(variant))
+    config = (tmp_path / "o" / ".config").read_text()
+    assert ("CONFIG_JUMP_LABEL=y" in config) == variant.endswith("-distro")
+
+
+DEBIAN_CONFIGS = Path("/usr/src/linux-config-6.12")
+
+
+def test_distro_config_sets_what_debian_sets(tmp_path):
+    """Each option of distro.config has the value Debian's amd64 configs
+    (package linux-config-6.12) give it."""
+    configs = sorted(DEBIAN_CONFIGS.glob("config.amd64_*.xz"))
+    if not configs:
+        pytest.skip(f"no Debian amd64 configs in {DEBIAN_CONFIGS} "
+                    f"(apt-get install linux-config-6.12)")
+    wanted = build.wanted_options([paths.CONFIG / "distro.config"])
+    assert wanted
+    for xz in configs:
+        plain = tmp_path / xz.stem
+        plain.write_bytes(lzma.decompress(xz.read_bytes()))
+        debian = build.wanted_options([plain])
+        for name, value in wanted.items():
+            assert debian.get(name, "n") == value, f"{xz.name}: {name}"

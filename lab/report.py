@@ -4,9 +4,8 @@ One table per experiment: a row per metric, a column per configuration
 (vanilla, patched, patched/<switch>=0), each cell the median over the
 repetitions with its min-max, then the ratio of each configuration to
 vanilla (the run's baseline, see baseline()) and of each mechanism on to
-off.  Counts come first, time last:
-counts are exact under emulation, time is not (see the note the report
-opens with).
+off.  Counts come first, time last: counts are exact under emulation, time
+is not (see the note the report opens with).
 """
 
 import itertools
@@ -205,10 +204,10 @@ def spread_verdicts(doc):
 
 
 def baseline_halves(reps):
-    """Every way to split the baseline's repetitions into two halves, each way
-    once (the first repetition always in the first half, which is the
-    smaller for an odd count): the same kernel against itself.  None below four repetitions, where a half has no
-    spread."""
+    """Every way to split the baseline's repetitions into two halves, each
+    way once (the first repetition always in the first half, which is the
+    smaller for an odd count): the same kernel against itself.  None below
+    four repetitions, where a half has no spread."""
     if len(reps) < 4:
         return []
     half, rest = len(reps) // 2, range(1, len(reps))

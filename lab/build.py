@@ -152,15 +152,16 @@ def check_config(config, frags):
                            f"add it to the fragment")
 
 
+def ensure_source(variant):
+    """Make `variant`'s source tree if it is missing or stale; its path."""
+    check_variant(variant)
+    return {"vanilla": tree.ensure_vanilla, "patched": tree.ensure_patched,
+            "broken": tree.ensure_testing}[VARIANTS[variant][0]]()
+
+
 def build(variant, jobs=None):
     """Build the bzImage of `variant`, incrementally, showing progress."""
-    check_variant(variant)
-    if VARIANTS[variant][0] == "vanilla":
-        tree.ensure_vanilla()
-    elif VARIANTS[variant][0] == "broken":
-        tree.ensure_testing()
-    else:
-        tree.ensure_patched()
+    ensure_source(variant)
     configure(variant)
     kernel = compile_dir(source_tree(variant), objdir(variant), variant, jobs)
     (objdir(variant) / SOURCE_STAMP).write_text(source_id(variant))

@@ -221,20 +221,24 @@ def test_report_says_when_there_is_no_spread(tmp_path):
     assert "Nothing to judge" in (tmp_path / "report.md").read_text()
 
 
+def icount_reps(own, elapsed=None):
+    """Repetitions of an --icount run: vCPU 0's instructions per operation
+    from @own, guest seconds from @elapsed (1.0 each if not given)."""
+    out = []
+    for o, t in zip(own, elapsed or [1.0] * len(own)):
+        r = json.loads(rec("x", t, 0)[15:])
+        r["counters"]["insns/vcpu0_per_op"] = o
+        out.append(r)
+    return out
+
+
 def test_spread_under_icount_judges_own_instructions_only():
     """Beside busy vCPUs a task's guest time under --icount holds their
     turns: only insns/vcpu0_per_op is the task's own cost."""
-    def reps(own, elapsed):
-        out = []
-        for o, t in zip(own, elapsed):
-            r = json.loads(rec("x", t, 0)[15:])
-            r["counters"]["insns/vcpu0_per_op"] = o
-            out.append(r)
-        return out
     doc = {"meta": {"mode": "icount"},
            "experiments": {"luf-cost/write": {
-               "vanilla": reps([100, 101], [1.0, 1.1]),
-               "patched": reps([100, 102], [2.0, 2.1])}}}
+               "vanilla": icount_reps([100, 101], [1.0, 1.1]),
+               "patched": icount_reps([100, 102], [2.0, 2.1])}}}
     assert [(m, v) for _, _, m, _, _, v in report.spread_verdicts(doc)] == [
         ("insns/vcpu0_per_op", "within")]
 
@@ -242,27 +246,20 @@ def test_spread_under_icount_judges_own_instructions_only():
 def test_vanilla_against_itself_calibrates_the_yardstick(tmp_path):
     """With four or more repetitions, vanilla's halves are judged against
     each other: how far apart one kernel lands, beside a kernel's cost."""
-    def reps(own):
-        out = []
-        for o in own:
-            r = json.loads(rec("x", 1.0, 0)[15:])
-            r["counters"]["insns/vcpu0_per_op"] = o
-            out.append(r)
-        return out
     doc = {"meta": {"date": "d", "host": "h", "mode": "icount", "quick": True,
                     "reps": 4, "kernels": {"vanilla": {"release": "6.12.117"}},
                     "series": []},
            "experiments": {
                # halves {100,101} {103,104} are apart in one split of three
-               "swap-loop": {"vanilla": reps([100, 103, 104, 101]),
-                             "patched": reps([140, 141, 139, 140])},
+               "swap-loop": {"vanilla": icount_reps([100, 103, 104, 101]),
+                             "patched": icount_reps([140, 141, 139, 140])},
                # three repetitions: no halves with a spread
-               "migrate-loop": {"vanilla": reps([50, 50, 50]),
-                                "patched": reps([60, 60, 60])}},
+               "migrate-loop": {"vanilla": icount_reps([50, 50, 50]),
+                                "patched": icount_reps([60, 60, 60])}},
            "failures": []}
     name = "insns/vcpu0_per_op"
-    assert report.baseline_halves(reps([1, 2, 3])) == []
-    assert len(report.baseline_halves(reps([1, 2, 3, 4, 5, 6]))) == 10
+    assert report.baseline_halves(icount_reps([1, 2, 3])) == []
+    assert len(report.baseline_halves(icount_reps([1, 2, 3, 4, 5, 6]))) == 10
     # splits {100,103}|{104,101}, {100,104}|{103,101}, {100,101}|{103,104}
     assert report.self_spread(doc) == {("swap-loop", name): (3, 1, 3)}
     report.write(tmp_path, doc)
@@ -277,13 +274,6 @@ def test_vanilla_against_itself_calibrates_the_yardstick(tmp_path):
 def test_report_compares_with_the_runs_baseline(tmp_path):
     """`-k vanilla-distro,patched-distro`: the distro kernels are judged
     against each other, not against a vanilla that was not in the run."""
-    def reps(own):
-        out = []
-        for o in own:
-            r = json.loads(rec("x", 1.0, 0)[15:])
-            r["counters"]["insns/vcpu0_per_op"] = o
-            out.append(r)
-        return out
     assert bench.baseline(["vanilla-distro", "patched-distro"]) == "vanilla-distro"
     assert bench.baseline(["patched-distro", "vanilla-distro"]) == "vanilla-distro"
     assert bench.baseline(["patched"]) == "vanilla"
@@ -292,9 +282,9 @@ def test_report_compares_with_the_runs_baseline(tmp_path):
                                            "patched-distro": {"release": "b"}},
                     "baseline": "vanilla-distro", "series": []},
            "experiments": {"swap-loop": {
-               "patched-distro/unmap_flush=0": reps([90, 91]),
-               "patched-distro": reps([110, 111]),
-               "vanilla-distro": reps([100, 101])}},
+               "patched-distro/unmap_flush=0": icount_reps([90, 91]),
+               "patched-distro": icount_reps([110, 111]),
+               "vanilla-distro": icount_reps([100, 101])}},
            "failures": []}
     assert [(k, v) for _, k, _, _, _, v in report.spread_verdicts(doc)] == [
         ("patched-distro", "worse")]

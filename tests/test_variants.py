@@ -11,17 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from lab import build, paths, tree
+from lab import build, paths
 
 BUILT_BY_HAND = ("vanilla-distro", "patched-distro", "vanilla-debug")
 
 
 @pytest.mark.parametrize("variant", BUILT_BY_HAND)
 def test_variant_keeps_its_options_through_olddefconfig(variant, tmp_path):
-    if build.VARIANTS[variant][0] == "vanilla":
-        src = tree.ensure_vanilla()
-    else:
-        src = tree.ensure_patched()
+    src = build.ensure_source(variant)
     # check_config() raises if Kconfig dropped an option a fragment asks for
     build.configure_dir(src, tmp_path / "o", build.fragments(variant))
     config = (tmp_path / "o" / ".config").read_text()

@@ -83,6 +83,26 @@ def baseline(kernels):
     return next((k for k in kernels if not has_switches(k)), "vanilla")
 
 
+# The fragments that belong to the series rather than to how a kernel is built.
+SERIES_FRAGMENTS = {"series.config", "series-debug.config"}
+
+
+def check_comparable(kernels):
+    """Refuse a run whose report would credit the series with a difference
+    in configuration: every kernel with the series must be built like the
+    baseline (patched like vanilla, patched-distro like vanilla-distro)."""
+    base = baseline(kernels)
+    if base not in kernels:
+        return
+    how = lambda k: "+".join(f for f in build.VARIANTS[k][1] if f not in SERIES_FRAGMENTS)
+    for k in kernels:
+        if has_switches(k) and how(k) != how(base):
+            twin = next(v for v in build.VARIANTS if not has_switches(v) and how(v) == how(k))
+            raise LabError(f"{k} is built from {how(k)} but the baseline {base} from "
+                           f"{how(base)}, so the report would mix the two: compare "
+                           f"{k} with {twin} (-k {twin},{k})", exit_code=2)
+
+
 def _bracket(exp_id, config, command):
     return [f"echo UNFLUSH-BEGIN {exp_id} {config}",
             f"{command} 2>&1",
@@ -130,6 +150,7 @@ def main(args):
         kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
         for k in kernels:
             build.check_variant(k)
+        check_comparable(kernels)
         runner = VMRunner(kernels, args.quick, args.icount, args.no_build)
     results, failures = {}, []
     groups = [g for g in suite.GROUPS if any(e.group == g for e in experiments)]

@@ -9,7 +9,9 @@ def add(p):
                         "munmap-folio-size; --list shows them")
     p.add_argument("--list", action="store_true", help="list experiments and exit")
     p.add_argument("-k", "--kernels", default="vanilla,patched",
-                   help="comma-separated kernel variants (default vanilla,patched)")
+                   help="comma-separated kernel variants (default vanilla,patched); "
+                        "the first without the series is the baseline, and the "
+                        "kernels with it must be built like it")
     p.add_argument("-r", "--reps", type=int, default=None,
                    help="repetitions per experiment and kernel (default 3, quick 1)")
     p.add_argument("--quick", action="store_true",

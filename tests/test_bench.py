@@ -2,7 +2,10 @@
 
 import json
 
-from lab import bench, insnprof, report, suite
+import pytest
+
+from lab import bench, build, insnprof, report, suite
+from lab.errors import LabError
 
 
 def rec(exp, elapsed, irqs, **counters):
@@ -269,6 +272,26 @@ def test_vanilla_against_itself_calibrates_the_yardstick(tmp_path):
     assert "| swap-loop | insns/vcpu0_per_op | patched | 102 [100-104] | 140 [139-141] " \
            "| 1.373 | 38 | 3 |" in text
     assert "| migrate-loop | insns/vcpu0_per_op | patched | 50 | 60 | 1.200 | 10 | - |" in text
+
+
+def test_series_kernels_are_compared_with_a_baseline_built_alike():
+    """The report credits the series with every difference from the
+    baseline, so a kernel built another way (jump labels, KASAN) must be
+    refused beside it, and each series kernel has a baseline built alike."""
+    for ok in (["vanilla", "patched"], ["vanilla-distro", "patched-distro"],
+               ["vanilla-debug", "debug"], ["vanilla", "broken"],
+               ["vanilla", "vanilla-distro"], ["patched-distro"]):
+        bench.check_comparable(ok)
+    for bad, twin in ((["vanilla", "patched-distro"], "vanilla-distro"),
+                      (["vanilla", "debug"], "vanilla-debug"),
+                      (["vanilla-distro", "patched"], "vanilla")):
+        with pytest.raises(LabError, match=f"compare {bad[1]} with {twin} "):
+            bench.check_comparable(bad)
+    for k in build.VARIANTS:            # a twin to name, whatever the kernel
+        try:
+            bench.check_comparable(["vanilla", k])
+        except LabError:
+            pass
 
 
 def test_report_compares_with_the_runs_baseline(tmp_path):

@@ -44,6 +44,11 @@ def test_unknown_experiment():
                    "unknown experiment", "--list")
 
 
+def test_kernels_built_differently_are_not_compared():
+    one_line_error(lab("bench", "--no-build", "-k", "vanilla,patched-distro"),
+                   "patched-distro is built from", "-k vanilla-distro,patched-distro")
+
+
 def test_unknown_command_shows_usage():
     proc = lab("frobnicate")
     assert proc.returncode == 2

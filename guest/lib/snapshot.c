@@ -73,7 +73,11 @@ static void read_vmstat(struct snapshot *s)
 	while (fscanf(f, "%63s %lld", key, &v) == 2) {
 		snapshot_add(s, key, v);
 		events |= !strcmp(key, "pgfault");
-		nr_tlb |= !strncmp(key, "nr_tlb_", 7);
+		/*
+		 * Not any nr_tlb_* key: LUF's own counters are there without
+		 * DEBUG_TLBFLUSH, which counts the flushes by their source.
+		 */
+		nr_tlb |= !strcmp(key, "nr_tlb_remote_flush");
 	}
 	fclose(f);
 	if (!events)

@@ -28,6 +28,7 @@ kernel compared with it, if stress-ng reports any verification error, if any ker
 splat, or if a guest dies.  docs/safety.md says what is run and why.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -39,19 +40,23 @@ from lab import safety_parse as parse
 from lab.errors import LabError
 from lab.progress import say
 
-KERNELS = ("vanilla", "patched", "debug", "vanilla-debug")
-# KASAN, lockdep and DEBUG_VM make the debug kernel this much slower (TCG)
-SLOWDOWN = {"vanilla": 1, "patched": 1, "debug": 4, "vanilla-debug": 4}
+KERNELS = ("vanilla", "patched", "debug", "vanilla-debug", "vanilla-distro",
+           "patched-distro")
+# KASAN, lockdep and DEBUG_VM make the debug kernel this much slower (TCG);
+# the -distro kernels' vCPUs share one host thread (one_tcg_thread()).
+SLOWDOWN = {"vanilla": 1, "patched": 1, "debug": 4, "vanilla-debug": 4,
+            "vanilla-distro": 2, "patched-distro": 2}
 # Each kernel is compared with the unpatched kernel built the same way: under
 # KASAN and lockdep a selftest can time out, or lose a race it wins at full
 # speed, whatever the series does.  The baselines are compared with nothing.
-BASELINE = {"patched": "vanilla", "debug": "vanilla-debug"}
+BASELINE = {"patched": "vanilla", "debug": "vanilla-debug",
+            "patched-distro": "vanilla-distro"}
 # guest/stale-tlb.c: a reader keeps reading read-only pages that another
 # process takes away (reclaim, migration, anon swap-out) and refills with a
 # canary; any read of the canary is a violation (docs/stale-tlb.md).
 STALE_TLB_MODES = ("reclaim", "migrate", "anon", "anon-32k")
 # The kernels built from the series, which have LUF: luf-hazards needs it.
-LUF_KERNELS = ("patched", "debug")
+LUF_KERNELS = ("patched", "debug", "patched-distro")
 PARTS = ("selftests", "stress", "stale-tlb", "luf-hazards")
 
 
@@ -421,6 +426,16 @@ class KernelRun:
     luf: dict | None = None     # luf-hazards by mode, from parse.parse_trials()
 
 
+def one_tcg_thread(kernel, shape):
+    """`shape`, with its vCPUs in one host thread (-icount) if the kernel has
+    jump labels: multi-threaded TCG can run the int3 of a static key being
+    flipped (vm.check_jump_labels()), and the suite flips several.  The
+    suite measures nothing, so the instruction clock costs only speed."""
+    if vm.built_option(kernel, "CONFIG_JUMP_LABEL") == "y":
+        return dataclasses.replace(shape, icount=True)
+    return shape
+
+
 def run_guest(kernel, what, script, shape, outdir, kr, layer):
     """Boot once, with `layer` (the selftests' initramfs archive) unpacked;
     keep the output even if the guest dies, splats included."""
@@ -428,7 +443,8 @@ def run_guest(kernel, what, script, shape, outdir, kr, layer):
     start = time.monotonic()
     output = ""
     try:
-        result = vm.run(kernel, script, shape, logdir=logdir, allow_splats=True,
+        result = vm.run(kernel, script, one_tcg_thread(kernel, shape), logdir=logdir,
+                        allow_splats=True,
                         layers=(layer,))
         output = result.output
         kr.splats += [f"{what}: {s}" for s in result.splats]
@@ -751,9 +767,10 @@ def add_arguments(p):
                         "trials per mode of stale-tlb and luf-hazards (hours under "
                         "TCG) instead of the quick subset")
     p.add_argument("-k", "--kernels", default="vanilla,patched",
-                   help="comma-separated: vanilla, patched, debug, vanilla-debug "
-                        "(default vanilla,patched); patched is compared with "
-                        "vanilla, debug with vanilla-debug")
+                   help="comma-separated: vanilla, patched, debug, vanilla-debug, "
+                        "vanilla-distro, patched-distro (default vanilla,patched); "
+                        "patched is compared with vanilla, debug with "
+                        "vanilla-debug, patched-distro with vanilla-distro")
     p.add_argument("--only", choices=PARTS, help="run one part of the suite")
 
 

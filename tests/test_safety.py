@@ -370,7 +370,8 @@ def test_luf_hazards_results_by_mode_and_their_problems():
 
 
 def test_luf_hazards_run_only_where_there_is_luf():
-    assert set(safety.LUF_KERNELS) == {"patched", "debug"}
+    assert set(safety.LUF_KERNELS) == {"patched", "debug", "patched-distro"}
+    assert all(build.VARIANTS[k][0] == "patched" for k in safety.LUF_KERNELS)
     assert [m for g in luf_hazards.groups() for m in g] == list(luf_hazards.MODES)
     assert safety.luf_shape(("demote",), False, "patched").node1
     assert safety.luf_shape(("anon-write",), True, "debug").timeout > \
@@ -427,6 +428,26 @@ def test_each_kernel_is_compared_with_its_own_baseline():
     runs["vanilla-debug"] = object()
     assert safety.baseline_of("debug", runs) is runs["vanilla-debug"]
     assert safety.baseline_of("vanilla-debug", runs) is None
+    runs["vanilla-distro"] = object()
+    assert safety.baseline_of("patched-distro", runs) is runs["vanilla-distro"]
+    # every kernel the suite takes is a lab variant, and its baseline too
+    for variant in safety.KERNELS:
+        build.check_variant(variant)
+        assert safety.SLOWDOWN[variant] >= 1
+    assert set(safety.BASELINE.values()) <= set(safety.KERNELS)
+
+
+def test_a_kernel_with_jump_labels_runs_on_one_tcg_thread(tmp_path):
+    """Multi-threaded TCG can run the int3 of a static key being flipped:
+    the -distro kernels' guests get -icount, whatever their shape; the
+    lab's kernels keep one host thread per vCPU."""
+    shape = safety.stale_tlb_shape(False, "patched-distro")
+    kernel = build.Kernel("patched-distro", tmp_path / "bzImage", "6.12", tmp_path)
+    (tmp_path / ".config").write_text("CONFIG_JUMP_LABEL=y\n")
+    assert safety.one_tcg_thread(kernel, shape).icount
+    assert safety.one_tcg_thread(kernel, shape).cpus == shape.cpus
+    (tmp_path / ".config").write_text("# CONFIG_JUMP_LABEL is not set\n")
+    assert safety.one_tcg_thread(kernel, shape) == shape
 
 
 # --- the quick suite on the real kernels ------------------------------------------------

@@ -257,6 +257,7 @@ def run(kernel, command, shape=None, logdir=None, quiet=False, allow_splats=Fals
     for f in (console_log, output_log):
         f.write_text("")
     prog = None if quiet else Progress(f"guest {kernel.variant}", interval=60)
+    how = f"{accel}, icount" if accel == "tcg" and shape.icount else accel
     start = time.monotonic()
     qemu = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -268,7 +269,7 @@ def run(kernel, command, shape=None, logdir=None, quiet=False, allow_splats=Fals
             qemu.wait()
             break
         if prog:
-            prog.update(f"running ({accel}) {_last_line(output_log, PROGRESS_SKIP)}")
+            prog.update(f"running ({how}) {_last_line(output_log, PROGRESS_SKIP)}")
         time.sleep(0.2)
     seconds = time.monotonic() - start
     qemu_out = qemu.stdout.read() if qemu.stdout else ""
@@ -298,7 +299,7 @@ def run(kernel, command, shape=None, logdir=None, quiet=False, allow_splats=Fals
         raise LabError(f"guest {kernel.variant}: kernel splat in the console: "
                        f"{splats[0]!r} {where}")
     if prog:
-        prog.done(f"exit {status.group(1)} ({accel})")
+        prog.done(f"exit {status.group(1)} ({how})")
     output = EXIT.sub("", output).rstrip("\n") + "\n" if output.strip() else ""
     return RunResult(int(status.group(1)), output, console, seconds, logdir, accel,
                      splats)

@@ -558,6 +558,12 @@ UNMAP_COUNTERS = ("pswpout", "pswpin", "pgsteal_anon", "pgsteal_file", "pgsteal_
                   "nr_tlb_luf_folios", "nr_tlb_flush_luf_mm", "nr_tlb_flush_luf_special")
 
 
+def _present(vmstat):
+    """The UNMAP_COUNTERS this kernel has: no 0 for a counter it lacks
+    (nr_tlb_luf_* on vanilla, nr_tlb_remote_flush without DEBUG_TLBFLUSH)."""
+    return {k: vmstat[k] for k in UNMAP_COUNTERS if k in vmstat}
+
+
 def summarize(kr, baseline=None):
     """One kernel's entry of summary.json."""
     flat = parse.flatten(kr.tests)
@@ -591,9 +597,9 @@ def summarize(kr, baseline=None):
                                 "seconds": p.seconds, "ops": p.ops,
                                 "failures": p.failures, "errors": p.errors,
                                 "skipped": p.skipped,
-                                "vmstat": {k: p.vmstat.get(k, 0) for k in UNMAP_COUNTERS}}
+                                "vmstat": _present(p.vmstat)}
                        for p in kr.phases},
-            "vmstat": {k: vmstat.get(k, 0) for k in UNMAP_COUNTERS},
+            "vmstat": _present(vmstat),
         },
         "stale_tlb": trials_entry(kr.stale, "not run (--only)"),
         "luf_hazards": trials_entry(
@@ -686,7 +692,7 @@ def table(variant, entry):
                   f"--verify checked little of its work"
                   for k, v in sorted(p["ops"].items()) if v == 0 and p["exit"] is not None]
     vm_ = sr["vmstat"]
-    lines.append("    vmstat: " + ", ".join(f"{k} {vm_[k]}" for k in UNMAP_COUNTERS))
+    lines.append("    vmstat: " + ", ".join(f"{k} {v}" for k, v in vm_.items()))
     for key in ("stale_tlb", "luf_hazards"):
         part = entry[key]
         lines.append(f"  {key:<10} {part['trials']} trials, {part['violations']} violations"

@@ -343,7 +343,8 @@ def parse_stress(output):
         if phase.exit is None:
             phase.seconds = 0
         b, a = before.get(name, {}), after.get(name, {})
-        phase.vmstat = {k: a[k] - b.get(k, 0) for k in a if a[k] - b.get(k, 0)}
+        # zeroes kept: a counter that did not move is not one the kernel lacks
+        phase.vmstat = {k: a[k] - b.get(k, 0) for k in a}
     return list(phases.values())
 
 

@@ -202,6 +202,19 @@ def test_stress_metrics_failures_and_vmstat():
     assert tiering.skipped == ["numa: no NUMA nodes found, skipping test"]
 
 
+def test_counters_a_kernel_lacks_are_not_reported_as_zero():
+    """nr_tlb_luf_folios is absent on vanilla, nr_tlb_remote_flush on the
+    -distro kernels: the summary leaves them out, and keeps a counter that
+    is there but did not move."""
+    out = ("SAFETY-VMSTAT swap before pswpout 5\nSAFETY-VMSTAT swap before nr_tlb_luf_folios 7\n"
+           "SAFETY-STRESS-BEGIN swap 1\nSAFETY-STRESS-END swap 0 2\n"
+           "SAFETY-VMSTAT swap after pswpout 9\nSAFETY-VMSTAT swap after nr_tlb_luf_folios 7\n")
+    entry = safety.summarize(kernel_run("patched-distro", stress=out))
+    assert entry["stress"]["vmstat"] == {"pswpout": 4, "nr_tlb_luf_folios": 0}
+    assert entry["stress"]["phases"]["swap"]["vmstat"] == entry["stress"]["vmstat"]
+    assert "nr_tlb_remote_flush" not in safety.table("patched-distro", entry)
+
+
 def test_a_stressor_that_finished_no_bogo_op_is_noted():
     idle = STRESS.replace("bogo-ops: 15", "bogo-ops: 0")
     table = safety.table("patched", safety.summarize(kernel_run("patched", MMAP, idle)))

@@ -429,8 +429,9 @@ class KernelRun:
 def one_tcg_thread(kernel, shape):
     """`shape`, with its vCPUs in one host thread (-icount) if the kernel has
     jump labels: multi-threaded TCG can run the int3 of a static key being
-    flipped (vm.check_jump_labels()), and the suite flips several.  The
-    suite measures nothing, so the instruction clock costs only speed."""
+    flipped (vm.check_jump_labels()), and the suite flips several.  It
+    costs speed, and boots are more alike: a race a test loses may be lost
+    again on retry (docs/safety.md, "The distro kernels")."""
     if vm.built_option(kernel, "CONFIG_JUMP_LABEL") == "y":
         return dataclasses.replace(shape, icount=True)
     return shape
@@ -444,8 +445,7 @@ def run_guest(kernel, what, script, shape, outdir, kr, layer):
     output = ""
     try:
         result = vm.run(kernel, script, one_tcg_thread(kernel, shape), logdir=logdir,
-                        allow_splats=True,
-                        layers=(layer,))
+                        allow_splats=True, layers=(layer,))
         output = result.output
         kr.splats += [f"{what}: {s}" for s in result.splats]
     except LabError as e:

@@ -83,10 +83,6 @@ def baseline(kernels):
     return next((k for k in kernels if not has_switches(k)), "vanilla")
 
 
-# The fragments that belong to the series rather than to how a kernel is built.
-SERIES_FRAGMENTS = {"series.config", "series-debug.config"}
-
-
 def check_comparable(kernels):
     """Refuse a run whose report would credit the series with a difference
     in configuration: every kernel with the series must be built like the
@@ -94,10 +90,10 @@ def check_comparable(kernels):
     base = baseline(kernels)
     if base not in kernels:
         return
-    how = lambda k: "+".join(f for f in build.VARIANTS[k][1] if f not in SERIES_FRAGMENTS)
+    how = build.built_like
     for k in kernels:
         if has_switches(k) and how(k) != how(base):
-            twin = next(v for v in build.VARIANTS if not has_switches(v) and how(v) == how(k))
+            twin = build.unpatched_twin(k)
             raise LabError(f"{k} is built from {how(k)} but the baseline {base} from "
                            f"{how(base)}, so the report would mix the two: compare "
                            f"{k} with {twin} (-k {twin},{k})", exit_code=2)

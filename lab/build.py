@@ -61,6 +61,22 @@ class Kernel:
     objdir: Path
 
 
+# The fragments that belong to the series rather than to how a kernel is built.
+SERIES_FRAGMENTS = ("series.config", "series-debug.config")
+
+
+def built_like(variant):
+    """How `variant` is built apart from the series: its other fragments."""
+    return "+".join(f for f in VARIANTS[variant][1] if f not in SERIES_FRAGMENTS)
+
+
+def unpatched_twin(variant):
+    """The kernel without the series that is built like `variant`: what the
+    series' kernels are compared with (patched-distro -> vanilla-distro)."""
+    return next(v for v in VARIANTS
+                if VARIANTS[v][0] == "vanilla" and built_like(v) == built_like(variant))
+
+
 def check_variant(variant):
     if variant not in VARIANTS:
         raise LabError(f"unknown kernel variant {variant!r}: choose from "

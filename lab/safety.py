@@ -49,8 +49,8 @@ SLOWDOWN = {"vanilla": 1, "patched": 1, "debug": 4, "vanilla-debug": 4,
 # Each kernel is compared with the unpatched kernel built the same way: under
 # KASAN and lockdep a selftest can time out, or lose a race it wins at full
 # speed, whatever the series does.  The baselines are compared with nothing.
-BASELINE = {"patched": "vanilla", "debug": "vanilla-debug",
-            "patched-distro": "vanilla-distro"}
+BASELINE = {k: build.unpatched_twin(k) for k in KERNELS
+            if build.VARIANTS[k][0] != "vanilla"}
 # guest/stale-tlb.c: a reader keeps reading read-only pages that another
 # process takes away (reclaim, migration, anon swap-out) and refills with a
 # canary; any read of the canary is a violation (docs/stale-tlb.md).

@@ -523,10 +523,11 @@ def run_stress_alone(variant, phases, disable_rules=None):
 
 
 # How many more boots a lost test gets before it counts as a regression.
-# Some upstream tests are intermittent on vanilla too: ksm_tests -N -m 1
-# failed 5 of 32 runs on vanilla and 4 of 32 on patched (docs/safety.md).
-# At ~15% a single retry fails too about once in 45 runs of the suite (CI
-# saw it); three make that about one in 300.
+# Upstream tests can be intermittent on vanilla too.  Before the smart scan
+# was turned off (SELFTEST_SCRIPT), ksm_tests -N -m 1 failed about one run
+# in seven on either kernel.  With a single retry the suite then failed on
+# it about once in 45 runs (CI saw it); three retries make that about one
+# in 300.  They stay for the next such test.
 RERUN_TRIES = 3
 
 

@@ -1,10 +1,11 @@
 """Install what the lab needs on a fresh Debian 12 machine.
 
 Debian packages: the kernel source and its build dependencies, QEMU, the
-guest userland (busybox-static), stress-ng, and the libraries the kernel's
-mm selftests link against.  Python packages: pytest (the test runner),
-matplotlib (the report's plots) and docutils (check-series reads the
-series' .rst files).  Only what is missing is installed.
+guest userland (busybox-static), stress-ng, the libraries the kernel's mm
+selftests link against, and an arm64 cross compiler.  Python packages:
+pytest (the test runner), matplotlib (the report's plots) and docutils
+(check-series reads the series' .rst files).  Only what is missing is
+installed.
 """
 
 import importlib.util
@@ -31,6 +32,9 @@ APT_PACKAGES = [
     "xfsprogs",
     # Debian's own configs, which config/distro.config is checked against
     "linux-config-6.12",
+    # check-series --configs cross-builds the series for arm64; make test
+    # checks that Kconfig keeps that configuration's options
+    "gcc-aarch64-linux-gnu",
 ]
 # module -> (PyPI name, Debian package for Debian's own python3)
 PY_PACKAGES = {"pytest": ("pytest", "python3-pytest"),

@@ -3,7 +3,8 @@
   setup                 install the Debian and Python packages the lab needs
   tree [--force]        make build/vanilla and build/patched (series applied)
   export                write build/patched's commits back to patches/
-  build [VARIANT...]    build kernels (vanilla, patched, debug)
+  build [VARIANT...]    build kernels (vanilla and patched; `build --help`
+                        lists the debug, broken and distro variants)
   run [options] -- CMD  boot a kernel and run CMD in it
   bench [options]       run the benchmark suite and write a report
   report DIR            write DIR/report.md and plots again from DIR/results.json

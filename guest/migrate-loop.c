@@ -89,7 +89,7 @@ int main(int argc, char **argv)
 	if (nnodes < 0)
 		die(1, "no /sys/devices/system/node/has_memory: this kernel has no NUMA (CONFIG_NUMA)");
 	if (nnodes < 2)
-		die(1, "needs 2 NUMA nodes with memory, this machine has %d; give the guest a second node (QEMU -numa node,nodeid=1,memdev=...)",
+		die(1, "needs 2 NUMA nodes with memory, this machine has %d; run it on a machine with two, or in the lab's guest with a second node (python3 -m lab run --node1 1G)",
 		    nnodes);
 	online_cpus(&cpu, 1);
 	pin_main(cpu);

@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * compact-ro: memory compaction migrating read-only mapped page cache
+ * (LUF, seed 001's mechanism, applied to the migration compaction does).
+ *
+ * Compaction migrates the movable pages of a block so that the block comes
+ * free for a larger allocation.  It migrates at most 32 pages at a time,
+ * and each batch ends in one round of TLB shootdowns to every CPU the
+ * pages' processes run on, although a page that was only ever mapped
+ * read-only keeps its bytes and could be flushed later, once for many
+ * batches.  Here one process maps a file read-only, with its threads busy
+ * on every other CPU, and the whole machine is compacted.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "roload.h"
+
+static const char usage[] =
+"usage: compact-ro --file F [--mem M] [--reps N] [--quick]\n"
+"                  [--shape threads|single]\n"
+"\n"
+"Map the first --mem of F (a file on a disk filesystem, such as the lab's\n"
+"/data/model0) MAP_SHARED PROT_READ and read one byte of each page, with\n"
+"half of the free memory taken by an anonymous buffer, so that the file's\n"
+"pages land below the free memory the buffer leaves when it is freed.\n"
+"The measured phase is one compaction of every zone\n"
+"(/proc/sys/vm/compact_memory).  Before each repetition the file's page\n"
+"cache is dropped (POSIX_FADV_DONTNEED), so it is read into new pages.\n"
+"\n"
+"  --file F     the file to map (required)\n"
+"  --mem M      how much of it (default 64M, --quick 16M)\n"
+"  --reps N     repetitions, one UNFLUSH-RESULT line each (default 3)\n"
+"  --shape      threads (default): a helper thread of this process busy on\n"
+"               every other CPU, so that unmapping the file needs\n"
+"               shootdowns; or single\n"
+"  --quick      16M, for CI smoke runs\n"
+"\n"
+"Verifies from pagemap (root) that compaction moved some of the file's\n"
+"pages, else fails without a result line.  Experiment id: compact-ro.\n"
+"checks: file_pages, file_pages_moved, pgmigrate_success.  ops: the file's\n"
+"pages compaction moved.\n";
+
+/* The PFN of each page of @map, 0 where none is present. */
+static void read_pfns(int pagemap, const char *map, size_t pages,
+		      uint64_t *pfn)
+{
+	for (size_t i = 0; i < pages; i++)
+		pfn[i] = present_pfn(pagemap_read(pagemap, (uintptr_t)map +
+						  i * PAGE_SIZE_4K));
+}
+
+/*
+ * Compaction's free scanner takes free pages only from partly used blocks,
+ * going down from the top of a zone, and its migration scanner goes up
+ * from the bottom until they meet.  So that the file's pages are among
+ * what it moves, wherever the allocator puts them, a child process fills
+ * most of the free memory in 64 steps and reads a 64th of the file into
+ * the page cache after each, then frees every other page of its own: the
+ * file is spread over the filled memory, and the holes are where
+ * compaction moves what it finds below them.  The child is single-threaded
+ * and sleeps on this CPU, so moving its pages needs no shootdown.  Returns
+ * it; it waits for SIGKILL.
+ */
+#define FILL_STEPS	64
+
+static void fill_and_read(const char *path, size_t len, size_t fill)
+{
+	size_t step = fill / FILL_STEPS, part = len / FILL_STEPS;
+	char *bufs[FILL_STEPS], chunk[64 * 1024];
+	int fd = open(path, O_RDONLY);
+
+	step -= step % PAGE_SIZE_4K;
+	if (fd < 0)
+		_exit(1);
+	for (int i = 0; i < FILL_STEPS; i++) {
+		bufs[i] = mmap(NULL, step, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+			       -1, 0);
+		if (bufs[i] == MAP_FAILED)
+			_exit(1);
+		for (size_t off = 0; off < part; off += sizeof(chunk))
+			if (pread(fd, chunk, sizeof(chunk),
+				  i * part + off) <= 0)
+				_exit(1);
+	}
+	for (int i = 0; i < FILL_STEPS; i++)
+		for (size_t off = 0; off < step; off += 2 * PAGE_SIZE_4K)
+			madvise(bufs[i] + off, PAGE_SIZE_4K, MADV_DONTNEED);
+	close(fd);
+}
+
+static pid_t fragment(const char *path, size_t len)
+{
+	long long spare = meminfo_value("MemFree") * 1024LL - (long long)len;
+	size_t fill = spare > (long long)(128 * MiB) ? spare - (long long)(96 * MiB) : 0;
+	int ready[2];
+	char c = 0;
+	pid_t pid;
+
+	if (!fill)
+		die(1, "%lld kB free is too little to fragment",
+		    meminfo_value("MemFree"));
+	if (pipe(ready))
+		die(1, "pipe: %s", strerror(errno));
+	pid = fork();
+	if (pid < 0)
+		die(1, "fork: %s", strerror(errno));
+	if (!pid) {
+		fill_and_read(path, len, fill);
+		if (write(ready[1], &c, 1) != 1)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	if (read(ready[0], &c, 1) != 1)
+		die(1, "the child filling %zu bytes of memory and reading %s failed",
+		    fill, path);
+	close(ready[0]);
+	close(ready[1]);
+	return pid;
+}
+
+int main(int argc, char **argv)
+{
+	struct own_arg args[] = { { .name = "file" }, { .name = "mem" } };
+	struct fields checks = { 0 }, extra = { 0 };
+	uint64_t *before, *after;
+	struct run_opts o;
+	size_t len, mem, pages;
+	int cpu, pagemap;
+	char *map;
+
+	run_opts_init(&o, usage, true);
+	parse_run_args(argc, argv, &o, args, 2);
+	if (!args[0].value)
+		usage_error("--file is required");
+	mem = arg_size(&args[1], o.quick ? 16 * MiB : 64 * MiB);
+	if (!mem || mem % PAGE_SIZE_4K)
+		usage_error("--mem must be a positive multiple of 4K");
+	if (!path_exists("/proc/sys/vm/compact_memory"))
+		die(1, "/proc/sys/vm/compact_memory is missing: the kernel needs CONFIG_COMPACTION");
+
+	online_cpus(&cpu, 1);
+	pin_main(cpu);
+	pagemap = pagemap_open(0);
+	pages = mem / PAGE_SIZE_4K;
+	before = calloc(pages, sizeof(*before));
+	after = calloc(pages, sizeof(*after));
+	if (!before || !after)
+		die(1, "out of memory for %zu PFNs", pages);
+	for (int rep = 0; rep < o.reps; rep++) {
+		struct phase p = { 0 };
+		struct busy *busy;
+		long long moved = 0;
+		pid_t filler;
+
+		fields_clear(&checks);
+		fields_clear(&extra);
+		evict_file(args[0].value);
+		map = map_file(args[0].value, PROT_READ, MAP_SHARED, &len);
+		if (len < mem)
+			die(1, "%s has %zu bytes, fewer than --mem %zu",
+			    args[0].value, len, mem);
+		filler = fragment(args[0].value, mem);
+		for (size_t off = 0; off < mem; off += PAGE_SIZE_4K)
+			(void)((volatile char *)map)[off];
+		read_pfns(pagemap, map, pages, before);
+		if (!before[0])
+			die(1, "pagemap shows no PFN: run as root");
+		busy = shape_start(&o, cpu, NULL, 0);
+		phase_begin(&p);
+		if (!write_text("/proc/sys/vm/compact_memory", "1"))
+			die(1, "writing /proc/sys/vm/compact_memory: %s",
+			    strerror(errno));
+		phase_end(&p);
+		busy_stop(busy);
+		read_pfns(pagemap, map, pages, after);
+		munmap(map, len);
+		kill(filler, SIGKILL);
+		waitpid(filler, NULL, 0);
+
+		for (size_t i = 0; i < pages; i++)
+			moved += before[i] && after[i] && before[i] != after[i];
+		field_int(&checks, "file_pages", pages);
+		field_int(&checks, "file_pages_moved", moved);
+		field_int(&checks, "pgmigrate_success",
+			  phase_delta(&p, "pgmigrate_success"));
+		if (!moved)
+			die(1, "compaction moved none of the %zu pages of %s (pagemap); is memory too full to compact?",
+			    pages, args[0].value);
+		field_int(&extra, "mem_bytes", mem);
+		field_int(&extra, "ops", moved);
+		report_result("compact-ro", shape_name(&o), rep, &p, &extra,
+			      &checks);
+		phase_free(&p);
+	}
+	return 0;
+}

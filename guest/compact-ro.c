@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * compact-ro: memory compaction migrating read-only mapped page cache
- * (LUF, seed 001's mechanism, applied to the migration compaction does).
+ * (seed 001's LUF, applied to the migration compaction does).
  *
  * Compaction migrates the movable pages of a block so that the block comes
  * free for a larger allocation.  It migrates at most 32 pages at a time,
@@ -9,7 +9,7 @@
  * pages' processes run on, although a page that was only ever mapped
  * read-only keeps its bytes and could be flushed later, once for many
  * batches.  Here one process maps a file read-only, with its threads busy
- * on every other CPU, and the whole machine is compacted.
+ * on every other CPU, and the node holding the file is compacted.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -18,6 +18,7 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,12 +29,16 @@ static const char usage[] =
 "                  [--shape threads|single]\n"
 "\n"
 "Map the first --mem of F (a file on a disk filesystem, such as the lab's\n"
-"/data/model0) MAP_SHARED PROT_READ and read one byte of each page, with\n"
-"half of the free memory taken by an anonymous buffer, so that the file's\n"
-"pages land below the free memory the buffer leaves when it is freed.\n"
-"The measured phase is one compaction of every zone\n"
-"(/proc/sys/vm/compact_memory).  Before each repetition the file's page\n"
-"cache is dropped (POSIX_FADV_DONTNEED), so it is read into new pages.\n"
+"/data/model0) MAP_SHARED PROT_READ and read one byte of each page.  The\n"
+"measured phase is one compaction of the node holding it.  Before that, a\n"
+"child process fills most of that node's free memory in 64 steps, reading\n"
+"a 64th of the file into the page cache after each, and then frees every\n"
+"other 64K of its own: compaction finds the file's pages among partly used\n"
+"blocks and moves some of them into the holes.  The node is the first\n"
+"CPU-less one (the lab's node 1: /sys/devices/system/node/nodeN/compact),\n"
+"else every node is used and compacted (/proc/sys/vm/compact_memory).\n"
+"Before each repetition the file's page cache is dropped\n"
+"(POSIX_FADV_DONTNEED), so that it is read into new pages.\n"
 "\n"
 "  --file F     the file to map (required)\n"
 "  --mem M      how much of it (default 64M, --quick 16M)\n"
@@ -43,10 +48,11 @@ static const char usage[] =
 "               shootdowns; or single\n"
 "  --quick      16M, for CI smoke runs\n"
 "\n"
-"Verifies from pagemap (root) that compaction moved some of the file's\n"
-"pages, else fails without a result line.  Experiment id: compact-ro.\n"
-"checks: file_pages, file_pages_moved, pgmigrate_success.  ops: the file's\n"
-"pages compaction moved.\n";
+"Needs root (PFNs in /proc/self/pagemap) and CONFIG_COMPACTION.  Verifies\n"
+"from pagemap that compaction moved some of the file's pages, else fails\n"
+"without a result line.  Experiment id: compact-ro.  checks: file_pages,\n"
+"file_pages_moved, pgmigrate_success.  ops: the file's pages compaction\n"
+"moved.\n";
 
 /* The PFN of each page of @map, 0 where none is present. */
 static void read_pfns(int pagemap, const char *map, size_t pages,
@@ -62,14 +68,15 @@ static void read_pfns(int pagemap, const char *map, size_t pages,
  * going down from the top of a zone, and its migration scanner goes up
  * from the bottom until they meet.  So that the file's pages are among
  * what it moves, wherever the allocator puts them, a child process fills
- * most of the free memory in 64 steps and reads a 64th of the file into
- * the page cache after each, then frees every other page of its own: the
+ * most of @node's free memory in 64 steps and reads a 64th of the file into
+ * the page cache after each, then frees every other 64K of its own: the
  * file is spread over the filled memory, and the holes are where
  * compaction moves what it finds below them.  The child is single-threaded
  * and sleeps on this CPU, so moving its pages needs no shootdown.  Returns
- * it; it waits for SIGKILL.
+ * it; it waits for SIGKILL.  @node -1: any node, the machine's free memory.
  */
 #define FILL_STEPS	64
+#define HOLE		(16 * PAGE_SIZE_4K)	/* freed, then kept, in turn */
 
 static void fill_and_read(const char *path, size_t len, size_t fill)
 {
@@ -92,28 +99,31 @@ static void fill_and_read(const char *path, size_t len, size_t fill)
 				_exit(1);
 	}
 	for (int i = 0; i < FILL_STEPS; i++)
-		for (size_t off = 0; off < step; off += 2 * PAGE_SIZE_4K)
-			madvise(bufs[i] + off, PAGE_SIZE_4K, MADV_DONTNEED);
+		for (size_t off = 0; off + HOLE <= step; off += 2 * HOLE)
+			madvise(bufs[i] + off, HOLE, MADV_DONTNEED);
 	close(fd);
 }
 
-static pid_t fragment(const char *path, size_t len)
+static pid_t fragment(const char *path, size_t len, int node)
 {
-	long long spare = meminfo_value("MemFree") * 1024LL - (long long)len;
+	long long spare = (node < 0 ? meminfo_value("MemFree") * 1024LL :
+			   node_free_bytes(node)) - (long long)len;
 	size_t fill = spare > (long long)(128 * MiB) ? spare - (long long)(96 * MiB) : 0;
 	int ready[2];
 	char c = 0;
 	pid_t pid;
 
 	if (!fill)
-		die(1, "%lld kB free is too little to fragment",
-		    meminfo_value("MemFree"));
+		die(1, "%lld MiB free is too little to fragment around %zu MiB of the file",
+		    (spare + (long long)len) >> 20, len >> 20);
 	if (pipe(ready))
 		die(1, "pipe: %s", strerror(errno));
 	pid = fork();
 	if (pid < 0)
 		die(1, "fork: %s", strerror(errno));
 	if (!pid) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		bind_memory(node);
 		fill_and_read(path, len, fill);
 		if (write(ready[1], &c, 1) != 1)
 			_exit(1);
@@ -135,7 +145,8 @@ int main(int argc, char **argv)
 	uint64_t *before, *after;
 	struct run_opts o;
 	size_t len, mem, pages;
-	int cpu, pagemap;
+	int cpu, pagemap, node;
+	char compact[64];
 	char *map;
 
 	run_opts_init(&o, usage, true);
@@ -147,6 +158,12 @@ int main(int argc, char **argv)
 		usage_error("--mem must be a positive multiple of 4K");
 	if (!path_exists("/proc/sys/vm/compact_memory"))
 		die(1, "/proc/sys/vm/compact_memory is missing: the kernel needs CONFIG_COMPACTION");
+	node = cpuless_node();
+	if (node < 0)
+		snprintf(compact, sizeof(compact), "/proc/sys/vm/compact_memory");
+	else
+		snprintf(compact, sizeof(compact),
+			 "/sys/devices/system/node/node%d/compact", node);
 
 	online_cpus(&cpu, 1);
 	pin_main(cpu);
@@ -169,7 +186,7 @@ int main(int argc, char **argv)
 		if (len < mem)
 			die(1, "%s has %zu bytes, fewer than --mem %zu",
 			    args[0].value, len, mem);
-		filler = fragment(args[0].value, mem);
+		filler = fragment(args[0].value, mem, node);
 		for (size_t off = 0; off < mem; off += PAGE_SIZE_4K)
 			(void)((volatile char *)map)[off];
 		read_pfns(pagemap, map, pages, before);
@@ -177,9 +194,8 @@ int main(int argc, char **argv)
 			die(1, "pagemap shows no PFN: run as root");
 		busy = shape_start(&o, cpu, NULL, 0);
 		phase_begin(&p);
-		if (!write_text("/proc/sys/vm/compact_memory", "1"))
-			die(1, "writing /proc/sys/vm/compact_memory: %s",
-			    strerror(errno));
+		if (!write_text(compact, "1"))
+			die(1, "writing 1 to %s: %s", compact, strerror(errno));
 		phase_end(&p);
 		busy_stop(busy);
 		read_pfns(pagemap, map, pages, after);

@@ -54,7 +54,14 @@
  *   anon-demote  R1, as demote, for anon-reuse's pages: they are charged to
  *             a memory cgroup of their own, which main leaves before the
  *             trials, and the helper's memory.reclaim of it, anonymous
- *             only, demotes them.
+ *             only, demotes them;
+ *   compact   R1, as reuse, but the pages are taken by compaction, which
+ *             migrates them within the CPU-less node 1 (their page cache is
+ *             read there) and frees its lazy sources itself when it ends:
+ *             the helper compacts the node (its sysfs compact file), whose
+ *             other pages are locked (compaction leaves unevictable pages
+ *             alone with vm.compact_unevictable_allowed at 0), every other
+ *             one, so that the trial's page is the one thing it moves.
  *
  * After main says "done", the reader must see the new data (SIGBUS in
  * truncate, never the canary in reuse and demote); the old bytes are a
@@ -68,10 +75,12 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <linux/userfaultfd.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/vfs.h>
@@ -82,7 +91,7 @@
 
 static const char usage[] =
 "usage: luf-hazards cow|write|dio|truncate|remap|reuse|demote|anon-write|\n"
-"                   anon-reuse|anon-move|anon-demote\n"
+"                   anon-reuse|anon-move|anon-demote|compact\n"
 "                   [--trials N]\n"
 "                   [--pages N] [--dir DIR] [--linger N] [--disable-rules MASK]\n"
 "                   [--keep-going] [--quick]\n"
@@ -134,10 +143,18 @@ static const char usage[] =
 "               (the pages stay charged to it, their swap-in too), so that\n"
 "               the helper's memory.reclaim, of anonymous pages only,\n"
 "               demotes nothing else of main's\n"
+"  compact      R1, as reuse, but the take-away is compaction of the\n"
+"               CPU-less node (its sysfs compact file), where the pages are\n"
+"               read in and where the canary's come from; every other page\n"
+"               of the node's free memory is locked first, and\n"
+"               vm.compact_unevictable_allowed set to 0 (put back at exit),\n"
+"               so that the trial's page is all compaction moves; a trial\n"
+"               counts only if it moved every page, on that node\n"
 "               (the anon modes need swap: the lab's --zram SIZE)\n"
 "\n"
 "  --trials N   lazy trials to run (default 1000, --quick 200)\n"
-"  --pages N    pages per trial (default 4, demote and anon-demote 1;\n"
+"  --pages N    pages per trial (default 4, demote, anon-demote and\n"
+"               compact 1;\n"
 "               at most 64)\n"
 "  --dir DIR    where to make the files: a disk filesystem (not tmpfs: LUF\n"
 "               acts on clean page cache) the program can write (default\n"
@@ -164,7 +181,8 @@ static const char usage[] =
 "checks: attempts, missed_trials, lazy_trials, disturbed_trials,\n"
 "luf_folios, taken_pages, reused_pages, expected_pages (the demote modes: also\n"
 "demoted_pages: demote, pages found on the lower node after the take-away;\n"
-"anon-demote, pages migrated by it, pgmigrate_success).\n"
+"anon-demote, pages migrated by it, pgmigrate_success; compact:\n"
+"compacted_pages, pages moved and still on the node).\n"
 "Exit 0: no violation; 1: violations (result printed), or a precondition\n"
 "failed (no result); 2: usage.\n";
 
@@ -172,6 +190,7 @@ static const char usage[] =
 #define UNMAP_FLUSH	"/sys/kernel/mm/tlb_batching/unmap_flush"
 #define DEMOTION	"/sys/kernel/mm/numa/demotion_enabled"
 #define NUMA_BALANCING	"/proc/sys/kernel/numa_balancing"
+#define COMPACT_UNEVICTABLE	"/proc/sys/vm/compact_unevictable_allowed"
 /*
  * demote's request to memory.reclaim.  File pages only: no swap-out and no
  * demotion of anonymous pages, whose flush would reach the reader (main's
@@ -206,7 +225,7 @@ struct uffdio_move {
 #define NEW_MAGIC	0x4E3E3000ULL	/* high 32 bits of word 0 of new data */
 
 enum mode { COW, WRITE, DIO, TRUNCATE, REMAP, REUSE, DEMOTE, ANON_WRITE,
-	    ANON_REUSE, ANON_MOVE, ANON_DEMOTE };
+	    ANON_REUSE, ANON_MOVE, ANON_DEMOTE, COMPACT };
 static const struct {
 	const char *rule;
 	enum after_done after;
@@ -222,23 +241,30 @@ static const struct {
 	[ANON_REUSE] = { "R1",  AFTER_SAME },
 	[ANON_MOVE]  = { "R5",  AFTER_NEW },
 	[ANON_DEMOTE] = { "R1", AFTER_SAME },
+	[COMPACT]  = { "R1",    AFTER_SAME },
 };
 enum op { OP_TAKE = 1, OP_WRITE, OP_DIO, OP_TRUNCATE, OP_REUSE, OP_DROP };
 
 static enum mode mode;
-static int lower_node = -1;	/* demote: the CPU-less node pages go to */
+static int lower_node = -1;	/* demote, compact: the CPU-less node */
 
 /* the modes whose helper fills the released pages with a canary */
 static bool canary_mode(void)
 {
 	return mode == REUSE || mode == DEMOTE || mode == ANON_REUSE ||
-	       mode == ANON_DEMOTE;
+	       mode == ANON_DEMOTE || mode == COMPACT;
 }
 
 /* the modes whose take-away is reclaim's demotion */
 static bool demote_mode(void)
 {
 	return mode == DEMOTE || mode == ANON_DEMOTE;
+}
+
+/* the modes whose pages go to or stay on the CPU-less node */
+static bool node_mode(void)
+{
+	return demote_mode() || mode == COMPACT;
 }
 
 /* the modes whose pages are anonymous, not a file's */
@@ -529,6 +555,148 @@ static void demotion_setup(void)
 		setting_write(NUMA_BALANCING, "0");
 }
 
+/*
+ * compact: a child locks every other page of @node's free memory but
+ * 64 MiB and frees the pages between them.  Compaction leaves unevictable
+ * pages alone once compact_unevictable_allowed is 0, so every block of the
+ * node is partly used and holds nothing compaction moves: its free scanner
+ * finds room in the first block it looks at, at the top of the node, and
+ * its migration scanner, on the way up, meets the trial's page, the only
+ * movable page there.  That page must not come from the top block, where
+ * compaction's own free pages and the last trial's go back to this CPU's
+ * per-cpu list, first in line: before each trial, the child unmaps its
+ * locked page of the lowest PFN left (slot_free()), which the trial's read
+ * fault on the same CPU then gets.  (Which end of a node the allocator
+ * hands out first differs from boot to boot.)  The child sleeps until main
+ * exits.
+ */
+static int slot_cmd[2] = { -1, -1 }, slot_ack[2] = { -1, -1 };
+#define RUN	(32 * PAGE_SIZE_4K)
+
+struct slot {
+	uint64_t pfn;
+	char *page;
+};
+
+static int by_pfn(const void *a, const void *b)
+{
+	const struct slot *x = a, *y = b;
+
+	return x->pfn < y->pfn ? -1 : x->pfn > y->pfn;
+}
+
+static void slot_child(char *locked, size_t len)
+{
+	size_t n = len / PAGE_SIZE_4K;
+	struct slot *slots = calloc(n, sizeof(*slots));
+	int pagemap = open("/proc/self/pagemap", O_RDONLY);
+	char c = 0;
+
+	/* _exit(), not die(): the cleanups at exit are main's to run */
+	if (!slots || pagemap < 0)
+		_exit(1);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t e;
+
+		slots[i].page = locked + i * PAGE_SIZE_4K;
+		if (!pagemap_try(pagemap, (uintptr_t)slots[i].page, &e))
+			_exit(1);
+		slots[i].pfn = present_pfn(e);
+	}
+	close(pagemap);
+	qsort(slots, n, sizeof(*slots), by_pfn);
+	if (write(slot_ack[1], &c, 1) != 1)
+		_exit(1);
+	for (size_t i = 0; i < n; i++) {
+		if (read(slot_cmd[0], &c, 1) != 1)
+			break;
+		if (munmap(slots[i].page, PAGE_SIZE_4K) ||
+		    write(slot_ack[1], &c, 1) != 1)
+			_exit(1);
+	}
+	pause();
+	_exit(0);
+}
+
+static void lock_every_other_page(int node)
+{
+	long long spare = node_free_bytes(node) - (long long)(64 * MiB);
+	size_t half = spare > 0 ? (size_t)spare / 2 : 0;
+	char c = 0;
+	pid_t pid;
+
+	half -= half % PAGE_SIZE_4K;
+	if (!half)
+		die(1, "node %d has too little free memory to fragment (%lld MiB)",
+		    node, (spare >> 20) + 64);
+	if (pipe(slot_cmd) || pipe(slot_ack))
+		die(1, "pipe: %s", strerror(errno));
+	pid = fork();
+	if (pid < 0)
+		die(1, "fork: %s", strerror(errno));
+	if (!pid) {
+		char *locked, *freed;
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		bind_memory(node);
+		locked = mmap(NULL, half, PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		freed = mmap(NULL, half, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		/*
+		 * 4K pages, RUN bytes of each in turn (the allocator hands
+		 * out neighbours): compaction's free scanner samples a block
+		 * every 2^k pages, up to 32, once it finds nothing, and would
+		 * miss holes of one page between locked ones
+		 */
+		if (locked == MAP_FAILED || freed == MAP_FAILED ||
+		    madvise(locked, half, MADV_NOHUGEPAGE) ||
+		    madvise(freed, half, MADV_NOHUGEPAGE))
+			_exit(1);
+		for (size_t off = 0; off < half; off += RUN) {
+			size_t n = half - off < RUN ? half - off : RUN;
+
+			for (size_t k = 0; k < n; k += PAGE_SIZE_4K)
+				locked[off + k] = 1;
+			for (size_t k = 0; k < n; k += PAGE_SIZE_4K)
+				freed[off + k] = 1;
+		}
+		if (mlock(locked, half) || munmap(freed, half))
+			_exit(1);
+		slot_child(locked, half);
+	}
+	if (read(slot_ack[0], &c, 1) != 1)
+		die(1, "the child locking every other page of node %d failed (mlock of %zu MiB)",
+		    node, half >> 20);
+}
+
+/* compact: free the next low page of the node for this trial's read fault */
+static void slot_free(void)
+{
+	char c = 0;
+
+	if (write(slot_cmd[1], &c, 1) != 1 || read(slot_ack[0], &c, 1) != 1)
+		die(1, "the child holding node %d's pages has gone", lower_node);
+}
+
+static void compact_setup(void)
+{
+	char path[64];
+
+	lower_node = cpuless_node();
+	if (lower_node < 0)
+		die(1, "compact needs a CPU-less memory node to compact: boot the lab's guest with --node1 SIZE");
+	snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/compact",
+		 lower_node);
+	if (!path_exists(path) || !path_exists(COMPACT_UNEVICTABLE))
+		die(1, "no %s: compact needs CONFIG_COMPACTION", path);
+	setting_write(COMPACT_UNEVICTABLE, "0");
+	/* its scanner would flush the reader's PTEs to node 1's pages */
+	if (path_exists(NUMA_BALANCING))
+		setting_write(NUMA_BALANCING, "0");
+	lock_every_other_page(lower_node);
+}
+
 static void set_rules(const char *mask)
 {
 	need_debugfs(DISABLE_RULES);
@@ -625,6 +793,7 @@ static void hazard(struct run *r, uintptr_t va, long region)
 	case DEMOTE:
 	case ANON_REUSE:
 	case ANON_DEMOTE:
+	case COMPACT:
 		break;
 	}
 }
@@ -656,7 +825,13 @@ static void one_trial(struct run *r)
 	if (!anon_mode())
 		map_region(r, va, &r->a, region);
 	/* on this CPU: onto the LRU batch the take-away drains */
+	if (mode == COMPACT) {
+		slot_free();
+		bind_memory(lower_node);
+	}
 	trial_fault_in(va, r->npages, t);
+	if (mode == COMPACT)
+		bind_memory(-1);
 	trial_start(va, r->npages, t, modes[mode].after);
 
 	/*
@@ -697,6 +872,11 @@ static void one_trial(struct run *r)
 		demoted = vmstat_value("pgmigrate_success") - mig0;
 		lazy = lazy && demoted >= r->npages;
 		r->demoted += demoted < r->npages ? demoted : r->npages;
+	} else if (mode == COMPACT) {
+		/* moved, and within the node: compaction, nothing else */
+		demoted = pages_on_lower_node(va, r->npages);
+		lazy = lazy && demoted == r->npages;
+		r->demoted += demoted;
 	}
 	r->luf_folios += luf1 - luf0;
 	r->taken += ctl->taken;
@@ -729,6 +909,15 @@ static void one_trial(struct run *r)
 	 */
 	if (mode == ANON_DEMOTE)
 		helper_command(OP_DROP);
+	/*
+	 * compact: the page goes, so that the next trial's is the only one on
+	 * the node that compaction could move
+	 */
+	if (mode == COMPACT) {
+		munmap((void *)va, r->npages * PAGE_SIZE_4K);
+		posix_fadvise(r->a.fd, region * r->npages * PAGE_SIZE_4K,
+			      r->npages * PAGE_SIZE_4K, POSIX_FADV_DONTNEED);
+	}
 }
 
 static const char *dir = "/scratch";
@@ -758,7 +947,8 @@ int main(int argc, char **argv)
 {
 	static const char *const names[] = {
 		"cow", "write", "dio", "truncate", "remap", "reuse", "demote",
-		"anon-write", "anon-reuse", "anon-move", "anon-demote", NULL };
+		"anon-write", "anon-reuse", "anon-move", "anon-demote",
+		"compact", NULL };
 	static const char *const own[] = { "dir", "disable-rules", NULL };
 	struct attack_args args = {
 		.usage = usage, .modes = names, .own = own, .own_arg = own_arg };
@@ -777,7 +967,7 @@ int main(int argc, char **argv)
 	 * PTE; with more pages, those demoted by one reclaim call have their
 	 * copies reclaimed by the next, which the others need (RECLAIM_ARG)
 	 */
-	r.npages = args.npages ? args.npages : demote_mode() ? 1 : 4;
+	r.npages = args.npages ? args.npages : node_mode() ? 1 : 4;
 	r.linger = args.linger;
 	r.keep_going = args.keep_going;
 	if (!r.trials)
@@ -807,9 +997,12 @@ int main(int argc, char **argv)
 	 * the more so when other guests slow the host: on debug, anon-demote
 	 * 51 of 88, 58 of 123 and 80 of 140 attempts and demote 51 of 91
 	 * (a clean-clone CI) with two other guests running; 4 of 57 and 5 of
-	 * 56 on an idle host; anon-demote on patched 1 of 201.
+	 * 56 on an idle host; anon-demote on patched 1 of 201.  compact's
+	 * take-away is a compaction of node 1, whose sysfs file first drains
+	 * every CPU's LRU batches (lru_add_drain_all(), work queued on the
+	 * reader's CPU too): on debug 51 of 74 attempts, on patched 3 of 203.
 	 */
-	max_disturbed = demote_mode() ? 4 * r.trials : r.trials;
+	max_disturbed = node_mode() ? 4 * r.trials : r.trials;
 	r.slots = r.trials + max_disturbed + max_missed + 1;
 	if (anon_mode())
 		require_swap(r.slots * r.npages * PAGE_SIZE_4K);
@@ -820,6 +1013,8 @@ int main(int argc, char **argv)
 	pin_main(main_cpu);
 	if (demote_mode())
 		demotion_setup();
+	if (mode == COMPACT)
+		compact_setup();
 	if (mask[0])
 		set_rules(mask);
 	setting_write(LUF_SWITCH, "1");
@@ -827,7 +1022,14 @@ int main(int argc, char **argv)
 	if (path_exists(UNMAP_FLUSH))
 		setting_write(UNMAP_FLUSH, "1");
 	attack_init(name, main_cpu, reader_cpu);
-	ctl->luf_release = canary_mode();
+	/* compaction releases what it held itself, before it returns */
+	ctl->luf_release = canary_mode() && mode != COMPACT;
+	if (mode == COMPACT) {
+		snprintf(ctl->compact, sizeof(ctl->compact),
+			 "/sys/devices/system/node/node%d/compact", lower_node);
+		ctl->canary_bound = true;
+		ctl->canary_node = lower_node;
+	}
 	if (demote_mode()) {
 		/*
 		 * Before the fork and the reader: the trial's pages are
@@ -901,6 +1103,8 @@ int main(int argc, char **argv)
 	field_int(&checks, "expected_pages", r.attempts * r.npages);
 	if (demote_mode())	/* demoted by the take-away, every attempt */
 		field_int(&checks, "demoted_pages", r.demoted);
+	if (mode == COMPACT)
+		field_int(&checks, "compacted_pages", r.demoted);
 	attack_switch_checks(&checks);
 	report_result(name, "threads", 0, &p, &extra, &checks);
 	phase_free(&p);

@@ -10,10 +10,11 @@ them the same way.
 from lab import vm
 
 MODES = ("cow", "write", "dio", "truncate", "remap", "reuse", "demote",
-         "anon-write", "anon-reuse", "anon-move", "anon-demote")
-# modes that need a CPU-less node 1 in a lower memory tier to demote to;
-# the others keep the guest they were measured in
-NODE1_MODES = ("demote", "anon-demote")
+         "anon-write", "anon-reuse", "anon-move", "anon-demote", "compact")
+# modes that need a CPU-less node 1: in a lower memory tier to demote to,
+# or, for compact, a node holding nothing else to compact; the others keep
+# the guest they were measured in
+NODE1_MODES = ("demote", "anon-demote", "compact")
 # modes whose pages are anonymous and go to swap
 SWAP_MODES = ("anon-write", "anon-reuse", "anon-move", "anon-demote")
 # /scratch for runs of a few hundred trials a mode
@@ -26,7 +27,7 @@ def shape(modes, timeout=900, scratch=SCRATCH):
     tmpfs has no clean page cache to drop.  Its files grow with the trials
     (remap's 3000 need 197 MiB), and zram allocates only what is written.
     node1: a CPU-less node that HMAT puts in a lower memory tier
-    (lab/vm.py), for the modes that demote.  zram: swap for the anonymous
+    (lab/vm.py), for the modes that demote, and for compact.  zram: swap for the anonymous
     modes' pages."""
     node1 = "512M" if set(modes) & set(NODE1_MODES) else None
     zram = "256M" if set(modes) & set(SWAP_MODES) else None
@@ -36,8 +37,9 @@ def shape(modes, timeout=900, scratch=SCRATCH):
 
 def groups():
     """The modes that share a guest: the file modes, demote, the anonymous
-    modes, anon-demote."""
+    modes, anon-demote, compact (which locks half of node 1)."""
     return [tuple(m for m in MODES if m not in NODE1_MODES + SWAP_MODES),
             ("demote",),
             tuple(m for m in SWAP_MODES if m not in NODE1_MODES),
-            ("anon-demote",)]
+            ("anon-demote",),
+            ("compact",)]

@@ -86,6 +86,9 @@ def _experiments():
                           "unmap_flush", "004"))
     out.append(Experiment("ro-reclaim-tiering", f"ro-reclaim-tiering --files {MODEL_FILES}",
                           "numa", "luf", "001"))
+    # LUF in compaction: node 1 compacted around a read-only mapped file
+    out.append(Experiment("compact-ro", "compact-ro --file /data/model0",
+                          "numa", "luf", "001"))
     # what LUF costs other work while ro-reclaim-tiering's load runs
     for what in ("write", "fault", "alloc-latency"):
         out.append(Experiment(f"luf-cost/{what}",

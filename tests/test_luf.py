@@ -14,6 +14,9 @@ pages, swapped out (their guest has zram swap): a write after the page
 became the writer's own (do_swap_page() maps it writable), reuse, and the
 swap entry moved away with UFFDIO_MOVE (the address must then read zeroes);
 anon-demote is demote for anonymous pages (node 1 and zram both).
+compact is reuse with the page taken by compaction of node 1, whose other
+pages are locked: a migration whose lazy source compaction releases itself
+when it ends (patch 0016).
 On the patched kernel every mode must pass, with lazy take-aways; on
 the debug kernel (CONFIG_DEBUG_LUF) with the mode's rule switched off
 (/sys/kernel/debug/luf/disable_rules) it must fail, so that the test is seen
@@ -44,7 +47,7 @@ TRIALS = 200       # per mode, lazy and undisturbed
 R1, R3, R4, R5, R6 = (1 << bit for bit in range(5))
 RULES = {"cow": R3, "write": R4, "dio": R4 | R6, "truncate": R4 | R6, "remap": R5,
          "reuse": R1, "demote": R1, "anon-write": R3, "anon-reuse": R1,
-         "anon-move": R5, "anon-demote": R1}
+         "anon-move": R5, "anon-demote": R1, "compact": R1}
 
 # the LUF counter of the flush each mode's rule makes (remap's is 6.12's
 # flush_tlb_batched_pending(), which has none)
@@ -56,7 +59,9 @@ RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm",),
                 "demote": ("nr_tlb_flush_luf_special",),
                 "anon-write": ("nr_tlb_flush_luf_mm",),
                 "anon-reuse": ("nr_tlb_flush_luf_special",),
-                "anon-demote": ("nr_tlb_flush_luf_special",)}
+                "anon-demote": ("nr_tlb_flush_luf_special",),
+                # compaction's own release, at its end
+                "compact": ("nr_tlb_flush_luf_release",)}
 
 # What the reader sees when the mode's rule is missing: the page's bytes from
 # before the take-away; in reuse and demote the page it had lost, reused:
@@ -67,7 +72,7 @@ KIND = {"cow": ("old",), "write": ("old",), "dio": ("old",), "truncate": ("old",
         "remap": ("old",), "reuse": ("canary", "foreign"),
         "demote": ("canary", "foreign"), "anon-write": ("old",),
         "anon-reuse": ("canary", "foreign"), "anon-move": ("old",),
-        "anon-demote": ("canary", "foreign")}
+        "anon-demote": ("canary", "foreign"), "compact": ("canary", "foreign")}
 
 # Modes that their rule's bit cannot make fail; strict, so that one that
 # starts failing is looked at.  Measured on the debug kernel, 200 trials
@@ -117,7 +122,7 @@ def test_every_mode_passes_with_lazy_trials(modes):
             assert flushes >= TRIALS // 2, (mode, counters)
         if mode == "truncate":  # after "done" the reader got SIGBUS
             assert rec["sigbus_reads"] >= TRIALS * rec["pages_per_trial"], rec
-        if mode in ("reuse", "demote", "anon-reuse", "anon-demote"):
+        if mode in ("reuse", "demote", "anon-reuse", "anon-demote", "compact"):
             # the canary got the released pages
             assert checks["reused_pages"] >= 0.9 * pages, checks
         if mode in ("demote", "anon-demote"):
@@ -127,6 +132,11 @@ def test_every_mode_passes_with_lazy_trials(modes):
             # pgmigrate_success, as its copy may be swapped out at once
             assert checks["demoted_pages"] >= pages, checks
             assert counters["pgdemote_direct"] >= pages, counters
+            assert counters["pgmigrate_success"] >= pages, counters
+        if mode == "compact":
+            # every counted trial's page was moved within node 1 and
+            # mapped again: compaction migrated it
+            assert checks["compacted_pages"] >= pages, checks
             assert counters["pgmigrate_success"] >= pages, counters
 
 
@@ -192,7 +202,8 @@ CHECKER_WARNS = {"cow": "rule R3 missing", "write": "rule R4 or R6 missing",
                  "anon-write": "rule R3 missing",
                  "anon-move": "rule R5 missing",
                  "anon-reuse": "freed before the flush of generation",
-                 "anon-demote": "freed before the flush of generation"}
+                 "anon-demote": "freed before the flush of generation",
+                 "compact": "freed before the flush of generation"}
 
 
 # The rules switched off for the checker's test.  reuse and demote leave R4

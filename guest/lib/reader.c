@@ -402,6 +402,13 @@ static bool take_away(void)
 
 	if (ctl->reclaim[0])
 		return reclaim_away();
+	if (ctl->compact[0]) {
+		if (write_text(ctl->compact, "1"))
+			return true;
+		helper_fail("cannot write 1 to %s: %s", ctl->compact,
+			    strerror(errno));
+		return false;
+	}
 	if (ctl->migrate) {
 		void *pages[TRIAL_MAX_PAGES];
 		int nodes[TRIAL_MAX_PAGES], status[TRIAL_MAX_PAGES];
@@ -510,6 +517,9 @@ static void helper_main(int npages, bool huge_canary, void (*op)(int op))
 	hs.self_map = open("/proc/self/pagemap", O_RDONLY);
 	/* aligned for 32K folios: anon-32k's canary asks for that order */
 	hs.canary = map_aligned(hs.ncanary * PAGE_SIZE_4K, 8 * PAGE_SIZE_4K);
+	/* where the freed pages are: the canary's come from their node */
+	if (ctl->canary_bound)
+		bind_memory(ctl->canary_node);
 	if (hs.pidfd < 0 || hs.owner_map < 0 || hs.self_map < 0)
 		helper_fail("helper set-up: %s", strerror(errno));
 	else

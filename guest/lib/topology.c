@@ -2,11 +2,14 @@
 /* Which CPUs and NUMA nodes there are, and pinning threads to CPUs. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <linux/mempolicy.h>
+#include <stdio.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -156,4 +159,42 @@ int cpuless_node(void)
 			return mem[m];
 	}
 	return -1;
+}
+
+void bind_memory(int node)
+{
+	unsigned long mask = node < 0 ? 0 : 1UL << node;
+	int policy = node < 0 ? MPOL_DEFAULT : MPOL_BIND;
+
+	if (node >= (int)(8 * sizeof(mask)))
+		die(1, "node %d: only nodes below %zu can be bound", node,
+		    8 * sizeof(mask));
+	if (syscall(SYS_set_mempolicy, policy, node < 0 ? NULL : &mask,
+		    node < 0 ? 0 : 8 * sizeof(mask)))
+		die(1, "set_mempolicy(%s, node %d): %s (needs CONFIG_NUMA)",
+		    node < 0 ? "MPOL_DEFAULT" : "MPOL_BIND", node,
+		    strerror(errno));
+}
+
+long long node_free_bytes(int node)
+{
+	char path[80], line[256];
+	long long kb = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/meminfo",
+		 node);
+	f = fopen(path, "r");
+	if (!f)
+		die(1, "cannot read %s: %s", path, strerror(errno));
+	while (kb < 0 && fgets(line, sizeof(line), f)) {
+		char *p = strstr(line, "MemFree:");
+
+		if (p)
+			kb = strtoll(p + strlen("MemFree:"), NULL, 10);
+	}
+	fclose(f);
+	if (kb < 0)
+		die(1, "no MemFree in %s", path);
+	return kb * 1024;
 }

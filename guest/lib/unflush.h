@@ -143,6 +143,13 @@ int node_list(const char *name, int *nodes, int max);
  * HMAT puts in a lower memory tier: reclaim's demotion target), or -1.
  */
 int cpuless_node(void);
+/*
+ * From now on this thread allocates memory only on @node (set_mempolicy()
+ * MPOL_BIND), or as the default policy says for -1; dies if refused.
+ */
+void bind_memory(int node);
+/* MemFree of @node in bytes (its sysfs meminfo); dies if unreadable. */
+long long node_free_bytes(int node);
 /* Parse a kernel list ("0-3,8"); false on malformed input. */
 bool parse_list(const char *text, bool *set, int max);
 
@@ -410,6 +417,11 @@ struct attack {
 	 */
 	char reclaim[256];
 	char reclaim_arg[64];
+	/* take-away, if set: write 1 to this compaction trigger (sysfs) */
+	char compact[64];
+	/* the canary's pages come from canary_node, if canary_bound */
+	bool canary_bound;
+	int canary_node;
 	bool luf_release;		/* release LUF's held pages for the canary */
 	uint64_t victim_pfn[TRIAL_MAX_PAGES];
 	char path[256];			/* for the program's own helper ops */

@@ -25,7 +25,7 @@
 #include "roload.h"
 
 static const char usage[] =
-"usage: compact-ro --file F [--mem M] [--reps N] [--quick]\n"
+"usage: compact-ro --file F [--mem M] [--fill M] [--reps N] [--quick]\n"
 "                  [--shape threads|single]\n"
 "\n"
 "Map the first --mem of F (a file on a disk filesystem, such as the lab's\n"
@@ -33,7 +33,7 @@ static const char usage[] =
 "measured phase is one compaction of the node holding it.  Before that, a\n"
 "child process fills most of that node's free memory in 64 steps, reading\n"
 "a 64th of the file into the page cache after each, and then frees every\n"
-"other 64K of its own: compaction finds the file's pages among partly used\n"
+"other 128K of its own: compaction finds the file's pages among partly used\n"
 "blocks and moves some of them into the holes.  The node is the first\n"
 "CPU-less one (the lab's node 1: /sys/devices/system/node/nodeN/compact),\n"
 "else every node is used and compacted (/proc/sys/vm/compact_memory).\n"
@@ -42,6 +42,8 @@ static const char usage[] =
 "\n"
 "  --file F     the file to map (required)\n"
 "  --mem M      how much of it (default 64M, --quick 16M)\n"
+"  --fill M     the child fills at most M (default 2G): on a large machine\n"
+"               the free memory less 96M would be all of it\n"
 "  --reps N     repetitions, one UNFLUSH-RESULT line each (default 3)\n"
 "  --shape      threads (default): a helper thread of this process busy on\n"
 "               every other CPU, so that unmapping the file needs\n"
@@ -69,14 +71,19 @@ static void read_pfns(int pagemap, const char *map, size_t pages,
  * from the bottom until they meet.  So that the file's pages are among
  * what it moves, wherever the allocator puts them, a child process fills
  * most of @node's free memory in 64 steps and reads a 64th of the file into
- * the page cache after each, then frees every other 64K of its own: the
+ * the page cache after each, then frees every other 128K of its own: the
  * file is spread over the filled memory, and the holes are where
  * compaction moves what it finds below them.  The child is single-threaded
  * and sleeps on this CPU, so moving its pages needs no shootdown.  Returns
  * it; it waits for SIGKILL.  @node -1: any node, the machine's free memory.
  */
 #define FILL_STEPS	64
-#define HOLE		(16 * PAGE_SIZE_4K)	/* freed, then kept, in turn */
+/*
+ * Freed, then kept, in turn.  Once a block gives it nothing, compaction's
+ * free scanner samples blocks at strides that double up to 32 pages: with
+ * runs of 16 its samples would all land in kept runs in some boots.
+ */
+#define HOLE		(32 * PAGE_SIZE_4K)
 
 static void fill_and_read(const char *path, size_t len, size_t fill)
 {
@@ -104,11 +111,14 @@ static void fill_and_read(const char *path, size_t len, size_t fill)
 	close(fd);
 }
 
-static pid_t fragment(const char *path, size_t len, int node)
+static pid_t fragment(const char *path, size_t len, int node, size_t most)
 {
 	long long spare = (node < 0 ? meminfo_value("MemFree") * 1024LL :
 			   node_free_bytes(node)) - (long long)len;
 	size_t fill = spare > (long long)(128 * MiB) ? spare - (long long)(96 * MiB) : 0;
+
+	if (fill > most)
+		fill = most;
 	int ready[2];
 	char c = 0;
 	pid_t pid;
@@ -140,22 +150,26 @@ static pid_t fragment(const char *path, size_t len, int node)
 
 int main(int argc, char **argv)
 {
-	struct own_arg args[] = { { .name = "file" }, { .name = "mem" } };
+	struct own_arg args[] = { { .name = "file" }, { .name = "mem" },
+				  { .name = "fill" } };
 	struct fields checks = { 0 }, extra = { 0 };
 	uint64_t *before, *after;
 	struct run_opts o;
-	size_t len, mem, pages;
+	size_t len, mem, pages, most;
 	int cpu, pagemap, node;
 	char compact[64];
 	char *map;
 
 	run_opts_init(&o, usage, true);
-	parse_run_args(argc, argv, &o, args, 2);
+	parse_run_args(argc, argv, &o, args, 3);
 	if (!args[0].value)
 		usage_error("--file is required");
 	mem = arg_size(&args[1], o.quick ? 16 * MiB : 64 * MiB);
 	if (!mem || mem % PAGE_SIZE_4K)
 		usage_error("--mem must be a positive multiple of 4K");
+	most = arg_size(&args[2], 2 * GiB);
+	if (most < 128 * MiB)
+		usage_error("--fill must be 128M or more: the file's pages go between what it fills");
 	if (!path_exists("/proc/sys/vm/compact_memory"))
 		die(1, "/proc/sys/vm/compact_memory is missing: the kernel needs CONFIG_COMPACTION");
 	node = cpuless_node();
@@ -186,7 +200,7 @@ int main(int argc, char **argv)
 		if (len < mem)
 			die(1, "%s has %zu bytes, fewer than --mem %zu",
 			    args[0].value, len, mem);
-		filler = fragment(args[0].value, mem, node);
+		filler = fragment(args[0].value, mem, node, most);
 		for (size_t off = 0; off < mem; off += PAGE_SIZE_4K)
 			(void)((volatile char *)map)[off];
 		read_pfns(pagemap, map, pages, before);

@@ -61,7 +61,7 @@
  *             the helper compacts the node (its sysfs compact file), whose
  *             other pages are locked (compaction leaves unevictable pages
  *             alone with vm.compact_unevictable_allowed at 0), every other
- *             one, so that the trial's page is the one thing it moves.
+ *             run of 32, so that the trial's page is the one thing it moves.
  *
  * After main says "done", the reader must see the new data (SIGBUS in
  * truncate, never the canary in reuse and demote); the old bytes are a
@@ -145,8 +145,8 @@ static const char usage[] =
 "               demotes nothing else of main's\n"
 "  compact      R1, as reuse, but the take-away is compaction of the\n"
 "               CPU-less node (its sysfs compact file), where the pages are\n"
-"               read in and where the canary's come from; every other page\n"
-"               of the node's free memory is locked first, and\n"
+"               read in and where the canary's come from; every other run\n"
+"               of 32 pages of the node's free memory is locked first, and\n"
 "               vm.compact_unevictable_allowed set to 0 (put back at exit),\n"
 "               so that the trial's page is all compaction moves; a trial\n"
 "               counts only if it moved every page, on that node\n"
@@ -556,8 +556,8 @@ static void demotion_setup(void)
 }
 
 /*
- * compact: a child locks every other page of @node's free memory but
- * 64 MiB and frees the pages between them.  Compaction leaves unevictable
+ * compact: a child locks every other run of 32 pages of @node's free memory
+ * but 64 MiB and frees the runs between them.  Compaction leaves unevictable
  * pages alone once compact_unevictable_allowed is 0, so every block of the
  * node is partly used and holds nothing compaction moves: its free scanner
  * finds room in the first block it looks at, at the top of the node, and
@@ -571,6 +571,7 @@ static void demotion_setup(void)
  * exits.
  */
 static int slot_cmd[2] = { -1, -1 }, slot_ack[2] = { -1, -1 };
+static char compact_path[64];	/* the node's sysfs compaction trigger */
 #define RUN	(32 * PAGE_SIZE_4K)
 
 struct slot {
@@ -618,7 +619,7 @@ static void slot_child(char *locked, size_t len)
 	_exit(0);
 }
 
-static void lock_every_other_page(int node)
+static void lock_every_other_run(int node)
 {
 	long long spare = node_free_bytes(node) - (long long)(64 * MiB);
 	size_t half = spare > 0 ? (size_t)spare / 2 : 0;
@@ -666,7 +667,7 @@ static void lock_every_other_page(int node)
 		slot_child(locked, half);
 	}
 	if (read(slot_ack[0], &c, 1) != 1)
-		die(1, "the child locking every other page of node %d failed (mlock of %zu MiB)",
+		die(1, "the child locking every other run of node %d failed (mlock of %zu MiB)",
 		    node, half >> 20);
 }
 
@@ -681,20 +682,18 @@ static void slot_free(void)
 
 static void compact_setup(void)
 {
-	char path[64];
-
 	lower_node = cpuless_node();
 	if (lower_node < 0)
 		die(1, "compact needs a CPU-less memory node to compact: boot the lab's guest with --node1 SIZE");
-	snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/compact",
-		 lower_node);
-	if (!path_exists(path) || !path_exists(COMPACT_UNEVICTABLE))
-		die(1, "no %s: compact needs CONFIG_COMPACTION", path);
+	snprintf(compact_path, sizeof(compact_path),
+		 "/sys/devices/system/node/node%d/compact", lower_node);
+	if (!path_exists(compact_path) || !path_exists(COMPACT_UNEVICTABLE))
+		die(1, "no %s: compact needs CONFIG_COMPACTION", compact_path);
 	setting_write(COMPACT_UNEVICTABLE, "0");
 	/* its scanner would flush the reader's PTEs to node 1's pages */
 	if (path_exists(NUMA_BALANCING))
 		setting_write(NUMA_BALANCING, "0");
-	lock_every_other_page(lower_node);
+	lock_every_other_run(lower_node);
 }
 
 static void set_rules(const char *mask)
@@ -1025,8 +1024,7 @@ int main(int argc, char **argv)
 	/* compaction releases what it held itself, before it returns */
 	ctl->luf_release = canary_mode() && mode != COMPACT;
 	if (mode == COMPACT) {
-		snprintf(ctl->compact, sizeof(ctl->compact),
-			 "/sys/devices/system/node/node%d/compact", lower_node);
+		snprintf(ctl->compact, sizeof(ctl->compact), "%s", compact_path);
 		ctl->canary_bound = true;
 		ctl->canary_node = lower_node;
 	}

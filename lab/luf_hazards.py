@@ -27,8 +27,8 @@ def shape(modes, timeout=900, scratch=SCRATCH):
     tmpfs has no clean page cache to drop.  Its files grow with the trials
     (remap's 3000 need 197 MiB), and zram allocates only what is written.
     node1: a CPU-less node that HMAT puts in a lower memory tier
-    (lab/vm.py), for the modes that demote, and for compact.  zram: swap for the anonymous
-    modes' pages."""
+    (lab/vm.py), for the modes that demote, and for compact.  zram: swap
+    for the anonymous modes' pages."""
     node1 = "512M" if set(modes) & set(NODE1_MODES) else None
     zram = "256M" if set(modes) & set(SWAP_MODES) else None
     return vm.VMShape(cpus=2, mem="1G", node1=node1, zram=zram,

@@ -25,8 +25,8 @@
 #include "roload.h"
 
 static const char usage[] =
-"usage: compact-ro --file F [--mem M] [--fill M] [--reps N] [--quick]\n"
-"                  [--shape threads|single]\n"
+"usage: compact-ro --file F [--mem M] [--fill M] [--thp M] [--reps N]\n"
+"                  [--quick] [--shape threads|single]\n"
 "\n"
 "Map the first --mem of F (a file on a disk filesystem, such as the lab's\n"
 "/data/model0) MAP_SHARED PROT_READ and read one byte of each page.  The\n"
@@ -37,6 +37,9 @@ static const char usage[] =
 "blocks and moves some of them into the holes.  The node is the first\n"
 "CPU-less one (the lab's node 1: /sys/devices/system/node/nodeN/compact),\n"
 "else every node is used and compacted (/proc/sys/vm/compact_memory).\n"
+"With --thp, the measured phase instead faults M of MADV_HUGEPAGE memory\n"
+"bound to that node: each 2M page the node has no free block for is made by\n"
+"direct compaction (order 9), which releases what it moved block by block.\n"
 "Before each repetition the file's page cache is dropped\n"
 "(POSIX_FADV_DONTNEED), so that it is read into new pages.\n"
 "\n"
@@ -44,6 +47,8 @@ static const char usage[] =
 "  --mem M      how much of it (default 64M, --quick 16M)\n"
 "  --fill M     the child fills at most M (default 2G): on a large machine\n"
 "               the free memory less 96M would be all of it\n"
+"  --thp M      fault M of transparent huge pages on the node instead of\n"
+"               compacting all of it (experiment compact-ro/thp)\n"
 "  --reps N     repetitions, one UNFLUSH-RESULT line each (default 3)\n"
 "  --shape      threads (default): a helper thread of this process busy on\n"
 "               every other CPU, so that unmapping the file needs\n"
@@ -52,8 +57,11 @@ static const char usage[] =
 "\n"
 "Needs root (PFNs in /proc/self/pagemap) and CONFIG_COMPACTION.  Verifies\n"
 "from pagemap that compaction moved some of the file's pages, else fails\n"
-"without a result line.  Experiment id: compact-ro.  checks: file_pages,\n"
-"file_pages_moved, pgmigrate_success.  ops: the file's pages compaction\n"
+"without a result line.  Only 2M pages of anonymous memory are enabled, and\n"
+"only during --thp's phase: the child's fill is 4K pages.  Experiment id:\n"
+"compact-ro.  checks: file_pages, file_pages_moved, file_pages_dropped,\n"
+"pgmigrate_success, pgsteal, compact_stall, compact_success, and with --thp\n"
+"thp_fault_alloc, thp_fault_fallback.  ops: the file's pages compaction\n"
 "moved.\n";
 
 /* The PFN of each page of @map, 0 where none is present. */
@@ -148,20 +156,58 @@ static pid_t fragment(const char *path, size_t len, int node, size_t most)
 	return pid;
 }
 
+#define THP_SIZE	(2 * MiB)
+
+/*
+ * @len of MADV_HUGEPAGE memory, not yet faulted.  Only 2M anonymous pages
+ * are enabled, with direct compaction for MADV_HUGEPAGE regions
+ * ("madvise"), until huge_pages_off().
+ */
+static char *huge_pages_on(size_t len)
+{
+	char *thp = map_aligned(len, THP_SIZE);
+
+	if (madvise(thp, len, MADV_HUGEPAGE))
+		die(1, "madvise(MADV_HUGEPAGE): %s (needs CONFIG_TRANSPARENT_HUGEPAGE)",
+		    strerror(errno));
+	mthp_set_only(THP_SIZE / 1024);
+	setting_write("/sys/kernel/mm/transparent_hugepage/defrag", "madvise");
+	return thp;
+}
+
+/* The next repetition's fill must be 4K pages again. */
+static void huge_pages_off(char *thp, size_t len)
+{
+	munmap(thp, len);
+	mthp_set_only(4);
+}
+
+/*
+ * One write per 2M of @thp, on @node: where the node has no free 2M block,
+ * the fault compacts it (order 9) to make one.
+ */
+static void fault_huge_pages(char *thp, size_t len, int node)
+{
+	bind_memory(node);
+	for (size_t off = 0; off < len; off += THP_SIZE)
+		thp[off] = 1;
+	bind_memory(-1);
+}
+
 int main(int argc, char **argv)
 {
 	struct own_arg args[] = { { .name = "file" }, { .name = "mem" },
-				  { .name = "fill" } };
+				  { .name = "fill" }, { .name = "thp" } };
 	struct fields checks = { 0 }, extra = { 0 };
 	uint64_t *before, *after;
 	struct run_opts o;
-	size_t len, mem, pages, most;
+	size_t len, mem, pages, most, thp_len;
 	int cpu, pagemap, node;
 	char compact[64];
 	char *map;
 
 	run_opts_init(&o, usage, true);
-	parse_run_args(argc, argv, &o, args, 3);
+	parse_run_args(argc, argv, &o, args, 4);
 	if (!args[0].value)
 		usage_error("--file is required");
 	mem = arg_size(&args[1], o.quick ? 16 * MiB : 64 * MiB);
@@ -170,6 +216,9 @@ int main(int argc, char **argv)
 	most = arg_size(&args[2], 2 * GiB);
 	if (most < 128 * MiB)
 		usage_error("--fill must be 128M or more: the file's pages go between what it fills");
+	thp_len = arg_size(&args[3], 0);
+	if (thp_len % THP_SIZE)
+		usage_error("--thp must be a multiple of 2M");
 	if (!path_exists("/proc/sys/vm/compact_memory"))
 		die(1, "/proc/sys/vm/compact_memory is missing: the kernel needs CONFIG_COMPACTION");
 	node = cpuless_node();
@@ -179,6 +228,8 @@ int main(int argc, char **argv)
 		snprintf(compact, sizeof(compact),
 			 "/sys/devices/system/node/node%d/compact", node);
 
+	/* the child's fill must be 4K pages, which MADV_DONTNEED can free */
+	mthp_set_only(4);
 	online_cpus(&cpu, 1);
 	pin_main(cpu);
 	pagemap = pagemap_open(0);
@@ -190,7 +241,8 @@ int main(int argc, char **argv)
 	for (int rep = 0; rep < o.reps; rep++) {
 		struct phase p = { 0 };
 		struct busy *busy;
-		long long moved = 0;
+		long long moved = 0, dropped = 0;
+		char *thp = NULL;
 		pid_t filler;
 
 		fields_clear(&checks);
@@ -207,25 +259,50 @@ int main(int argc, char **argv)
 		if (!before[0])
 			die(1, "pagemap shows no PFN: run as root");
 		busy = shape_start(&o, cpu, NULL, 0);
+		if (thp_len)
+			thp = huge_pages_on(thp_len);
 		phase_begin(&p);
-		if (!write_text(compact, "1"))
+		if (thp)
+			fault_huge_pages(thp, thp_len, node);
+		else if (!write_text(compact, "1"))
 			die(1, "writing 1 to %s: %s", compact, strerror(errno));
 		phase_end(&p);
+		if (thp)
+			huge_pages_off(thp, thp_len);
 		busy_stop(busy);
 		read_pfns(pagemap, map, pages, after);
 		munmap(map, len);
 		kill(filler, SIGKILL);
 		waitpid(filler, NULL, 0);
 
-		for (size_t i = 0; i < pages; i++)
+		for (size_t i = 0; i < pages; i++) {
 			moved += before[i] && after[i] && before[i] != after[i];
+			dropped += before[i] && !after[i];
+		}
 		field_int(&checks, "file_pages", pages);
 		field_int(&checks, "file_pages_moved", moved);
+		/* reclaimed, not compacted: direct reclaim may run for --thp */
+		field_int(&checks, "file_pages_dropped", dropped);
 		field_int(&checks, "pgmigrate_success",
 			  phase_delta(&p, "pgmigrate_success"));
+		field_int(&checks, "pgsteal", phase_delta_prefix(&p, "pgsteal_"));
+		field_int(&checks, "compact_stall",
+			  phase_delta(&p, "compact_stall"));
+		field_int(&checks, "compact_success",
+			  phase_delta(&p, "compact_success"));
+		if (thp_len) {
+			field_int(&checks, "thp_fault_alloc",
+				  phase_delta(&p, "thp_fault_alloc"));
+			field_int(&checks, "thp_fault_fallback",
+				  phase_delta(&p, "thp_fault_fallback"));
+		}
 		if (!moved)
-			die(1, "compaction moved none of the %zu pages of %s (pagemap); is memory too full to compact?",
-			    pages, args[0].value);
+			die(1, "compaction moved none of the %zu pages of %s (pagemap; %lld compaction stalls, %lld huge pages faulted); is memory too full to compact, or (--thp) too free to need it?",
+			    pages, args[0].value,
+			    phase_delta(&p, "compact_stall"),
+			    phase_delta(&p, "thp_fault_alloc"));
+		if (thp_len && !phase_delta(&p, "compact_stall"))
+			die(1, "no huge page fault needed compaction: the node had a free 2M block for each; use a larger --thp");
 		field_int(&extra, "mem_bytes", mem);
 		field_int(&extra, "ops", moved);
 		report_result("compact-ro", shape_name(&o), rep, &p, &extra,

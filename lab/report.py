@@ -22,7 +22,8 @@ COUNT_ORDER = ["tlb_shootdown_irqs", "irq/CAL", "nr_tlb_remote_flush",
 EVIDENCE_PREFIXES = ("nr_tlb_", "tlb_flush/", "insns/", "pswp", "pgmigrate_success",
                      "pgdemote_", "pgpromote_success", "pgsteal_", "thp_swpout",
                      "thp_migration", "numa_pte_updates", "numa_hint_faults",
-                     "numa_pages_migrated", "nr_memmap_pages")
+                     "numa_pages_migrated", "nr_memmap_pages", "thp_fault_",
+                     "compact_stall", "compact_success", "compact_fail")
 EVIDENCE_SUFFIXES = ("/swpout", "/anon_fault_alloc")
 # Result fields that are rates or latencies (write_ops_per_s, per second of
 # CPU time write_ops_per_cpu_s, alloc_lat_p99_ns, pages_per_s): measured in

@@ -89,6 +89,9 @@ def _experiments():
     # LUF in compaction: node 1 compacted around a read-only mapped file
     out.append(Experiment("compact-ro", "compact-ro --file /data/model0",
                           "numa", "luf", "001"))
+    # ... and a process's THP faults compacting it, 2M at a time (order 9)
+    out.append(Experiment("compact-ro/thp", "compact-ro --file /data/model0 --thp 256M",
+                          "numa", "luf", "001"))
     # what LUF costs other work while ro-reclaim-tiering's load runs
     for what in ("write", "fault", "alloc-latency"):
         out.append(Experiment(f"luf-cost/{what}",

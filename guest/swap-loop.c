@@ -35,6 +35,24 @@ static const char usage[] =
 "Verifies pswpout grew by at least 90%% of rounds * mem/4K.\n"
 "Experiment id: swap-loop.  checks: pswpout, expected_pswpout, pswpin.\n";
 
+/*
+ * Shared anonymous memory starting at a 2M boundary.  MADV_PAGEOUT reclaims
+ * one page table at a time, and each table after the first finds the
+ * previous table's batched flush pending (flush_tlb_batched_pending()) and
+ * flushes the whole mm: a 1M buffer that ASLR placed across a boundary made
+ * two such flushes a round instead of one, in some boots of every kernel.
+ */
+static char *map_buffer(size_t mem)
+{
+	char *buf = map_aligned(mem, 2 * MiB);
+
+	if (mmap(buf, mem, PROT_READ | PROT_WRITE,
+		 MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+		die(1, "mmap of %zu bytes of shared memory failed: %s", mem,
+		    strerror(errno));
+	return buf;
+}
+
 static void swap_rounds(volatile char *buf, size_t mem, long rounds)
 {
 	for (long r = 0; r < rounds; r++) {
@@ -75,11 +93,7 @@ int main(int argc, char **argv)
 
 		fields_clear(&checks);
 		fields_clear(&extra);
-		buf = mmap(NULL, mem, PROT_READ | PROT_WRITE,
-			   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-		if (buf == MAP_FAILED)
-			die(1, "mmap of %zu bytes failed: %s", mem,
-			    strerror(errno));
+		buf = map_buffer(mem);
 		/* not zeroes: zero-filled pages skip swap I/O since 6.12 */
 		memset(buf, 0x88, mem);
 		busy = shape_start(&o, cpu, NULL, 0);

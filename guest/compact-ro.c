@@ -39,7 +39,8 @@ static const char usage[] =
 "else every node is used and compacted (/proc/sys/vm/compact_memory).\n"
 "With --thp, the measured phase instead faults M of MADV_HUGEPAGE memory\n"
 "bound to that node: each 2M page the node has no free block for is made by\n"
-"direct compaction (order 9), which releases what it moved block by block.\n"
+"compaction at order 9, in the fault and in kcompactd, which the faults\n"
+"wake; it releases what it moved block by block.\n"
 "Before each repetition the file's page cache is dropped\n"
 "(POSIX_FADV_DONTNEED), so that it is read into new pages.\n"
 "\n"
@@ -184,7 +185,8 @@ static void huge_pages_off(char *thp, size_t len)
 
 /*
  * One write per 2M of @thp, on @node: where the node has no free 2M block,
- * the fault compacts it (order 9) to make one.
+ * the fault compacts it (order 9) to make one, and wakes kcompactd, which
+ * compacts it beside the faults.
  */
 static void fault_huge_pages(char *thp, size_t len, int node)
 {

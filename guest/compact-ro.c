@@ -287,7 +287,7 @@ int main(int argc, char **argv)
 		field_int(&checks, "file_pages_dropped", dropped);
 		field_int(&checks, "pgmigrate_success",
 			  phase_delta(&p, "pgmigrate_success"));
-		field_int(&checks, "pgsteal", phase_delta_prefix(&p, "pgsteal_"));
+		field_int(&checks, "pgsteal", phase_pgsteal(&p));
 		field_int(&checks, "compact_stall",
 			  phase_delta(&p, "compact_stall"));
 		field_int(&checks, "compact_success",

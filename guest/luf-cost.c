@@ -191,8 +191,7 @@ static long long measured_faults(const struct measure *m)
 static void report(struct cost *c, const char *phase, struct measure *m,
 		   struct fields *extra, struct fields *checks)
 {
-	long long pgsteal = phase_delta(&m->p, "pgsteal_anon") +
-			    phase_delta(&m->p, "pgsteal_file");
+	long long pgsteal = phase_pgsteal(&m->p);
 	long long luf = -1, load = m->load1 - m->load0;
 	double s = phase_elapsed(&m->p);
 

@@ -332,8 +332,7 @@ int main(int argc, char **argv)
 		for (int i = 0; i < procs; i++)
 			pages += touched[i];
 
-		pgsteal = phase_delta(&p, "pgsteal_anon") +
-			  phase_delta(&p, "pgsteal_file");
+		pgsteal = phase_pgsteal(&p);
 		field_int(&checks, "pgsteal", pgsteal);
 		field_int(&checks, "pgdemote", phase_delta_prefix(&p, "pgdemote_"));
 		field_int(&checks, "pgpromote_success",

@@ -312,6 +312,11 @@ long long phase_delta_prefix(const struct phase *p, const char *prefix)
 	return sum;
 }
 
+long long phase_pgsteal(const struct phase *p)
+{
+	return phase_delta(p, "pgsteal_anon") + phase_delta(p, "pgsteal_file");
+}
+
 void phase_free(struct phase *p)
 {
 	free(p->before.v);

@@ -246,6 +246,11 @@ double phase_elapsed(const struct phase *p);
 long long phase_delta(const struct phase *p, const char *name);
 /* Sum of the deltas of every counter whose name starts with @prefix. */
 long long phase_delta_prefix(const struct phase *p, const char *prefix);
+/*
+ * Pages reclaimed in the phase: pgsteal_anon + pgsteal_file.  The
+ * pgsteal_kswapd/direct/khugepaged counters count the same pages again.
+ */
+long long phase_pgsteal(const struct phase *p);
 /* True if @name is in both snapshots. */
 bool phase_has(const struct phase *p, const char *name);
 /*

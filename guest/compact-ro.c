@@ -243,7 +243,7 @@ int main(int argc, char **argv)
 	for (int rep = 0; rep < o.reps; rep++) {
 		struct phase p = { 0 };
 		struct busy *busy;
-		long long moved = 0, dropped = 0;
+		long long moved = 0, dropped = 0, stalls, huge;
 		char *thp = NULL;
 		pid_t filler;
 
@@ -277,6 +277,8 @@ int main(int argc, char **argv)
 		kill(filler, SIGKILL);
 		waitpid(filler, NULL, 0);
 
+		stalls = phase_delta(&p, "compact_stall");
+		huge = phase_delta(&p, "thp_fault_alloc");
 		for (size_t i = 0; i < pages; i++) {
 			moved += before[i] && after[i] && before[i] != after[i];
 			dropped += before[i] && !after[i];
@@ -288,22 +290,18 @@ int main(int argc, char **argv)
 		field_int(&checks, "pgmigrate_success",
 			  phase_delta(&p, "pgmigrate_success"));
 		field_int(&checks, "pgsteal", phase_pgsteal(&p));
-		field_int(&checks, "compact_stall",
-			  phase_delta(&p, "compact_stall"));
+		field_int(&checks, "compact_stall", stalls);
 		field_int(&checks, "compact_success",
 			  phase_delta(&p, "compact_success"));
 		if (thp_len) {
-			field_int(&checks, "thp_fault_alloc",
-				  phase_delta(&p, "thp_fault_alloc"));
+			field_int(&checks, "thp_fault_alloc", huge);
 			field_int(&checks, "thp_fault_fallback",
 				  phase_delta(&p, "thp_fault_fallback"));
 		}
 		if (!moved)
 			die(1, "compaction moved none of the %zu pages of %s (pagemap; %lld compaction stalls, %lld huge pages faulted); is memory too full to compact, or (--thp) too free to need it?",
-			    pages, args[0].value,
-			    phase_delta(&p, "compact_stall"),
-			    phase_delta(&p, "thp_fault_alloc"));
-		if (thp_len && !phase_delta(&p, "compact_stall"))
+			    pages, args[0].value, stalls, huge);
+		if (thp_len && !stalls)
 			die(1, "no huge page fault needed compaction: the node had a free 2M block for each; use a larger --thp");
 		field_int(&extra, "mem_bytes", mem);
 		field_int(&extra, "ops", moved);

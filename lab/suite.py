@@ -19,6 +19,9 @@ FOLIO_SIZES = ["4K", "16K", "32K", "64K", "128K", "256K", "512K", "1024K"]
 MODEL_FILES = "/data/model0,/data/model1,/data/model2"
 # ext2 on a zram device of its own at /scratch: the data disk is read-only
 SCRATCH = "unflush.scratch=512M"
+# pages a second for luf-cost's paced load: half the slowest rate vanilla's
+# load reached flat out in a full make bench (9,114 in results/s27-full)
+PACED_LOAD_RATE = 4000
 
 
 @dataclass
@@ -97,6 +100,14 @@ def _experiments():
         out.append(Experiment(f"luf-cost/{what}",
                               f"luf-cost {what} --threads 2 --files {MODEL_FILES}",
                               "luf-cost", "luf", "001"))
+    # ... and allocations beside the same load held to a rate every
+    # configuration reaches: flat out, LUF's load runs about twice as fast,
+    # so the flat-out phase compares allocations beside twice the reclaim
+    # work; paced, both sides face the same reclaim, and so the same
+    # number of freed pages waiting for a flush
+    out.append(Experiment("luf-cost/alloc-latency/paced",
+                          f"luf-cost alloc-latency --threads 2 --load-rate {PACED_LOAD_RATE} "
+                          f"--files {MODEL_FILES}", "luf-cost", "luf", "001"))
     for hvo in (0, 1):
         out.append(Experiment(f"hugetlb-hvo/hvo={hvo}",
                               f"hugetlb-hvo --hvo {hvo}", "hugetlb",

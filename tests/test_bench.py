@@ -134,7 +134,13 @@ def test_report_rows_for_rates_and_latencies(tmp_path):
 def test_luf_cost_runs_with_the_data_disk_and_scratch():
     exps = suite.select(["luf-cost"])
     assert [e.id for e in exps] == ["luf-cost/write", "luf-cost/fault",
-                                    "luf-cost/alloc-latency"]
+                                    "luf-cost/alloc-latency",
+                                    "luf-cost/alloc-latency/paced"]
+    # the exact id is the uncapped phase alone; the paced one caps the load
+    assert [e.id for e in suite.select(["luf-cost/alloc-latency"])] == [
+        "luf-cost/alloc-latency"]
+    assert "--load-rate" not in exps[2].command
+    assert f"--load-rate {suite.PACED_LOAD_RATE}" in exps[3].command
     assert all(e.group == "luf-cost" and e.switch == "luf" and e.seed == "001"
                for e in exps)
     group = suite.GROUPS["luf-cost"]

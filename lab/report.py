@@ -182,6 +182,14 @@ def against_spread(base, other, name):
     return "within"
 
 
+def judge(configs, base_c, other_c, name):
+    """(@base_c's summary, @other_c's, verdict) of @name, or None if either
+    configuration lacks it."""
+    base = summary([metric_value(r, name) for r in configs[base_c]])
+    other = summary([metric_value(r, name) for r in configs[other_c]])
+    return (base, other, against_spread(base, other, name)) if base and other else None
+
+
 def spread_verdicts(doc):
     """(experiment, kernel, metric, baseline's, kernel's, verdict) for every
     cost of every kernel (not its switch-off runs) measured beside the
@@ -195,12 +203,33 @@ def spread_verdicts(doc):
         kernels = [c for c in config_order(configs, ref)
                    if c != ref and "/" not in c and len(configs[c]) >= 2]
         for name in (m for m in metrics_of(configs) if is_judged(m, mode)):
-            base = summary([metric_value(r, name) for r in configs[ref]])
             for k in kernels:
-                other = summary([metric_value(r, name) for r in configs[k]])
-                if base and other:
-                    out.append((exp_id, k, name, base, other,
-                                against_spread(base, other, name)))
+                v = judge(configs, ref, k, name)
+                if v:
+                    out.append((exp_id, k, name, *v))
+    return out
+
+
+def switch_verdicts(doc):
+    """(experiment, kernel, switch, metric, off's, on's, verdict) for every
+    cost of every kernel with its mechanism on against the same kernel with
+    it switched off (`patched` against `patched/luf=0`), two repetitions
+    each at least: the yardstick an issue's "within the spread of the
+    switch off" asks for, which needs no vanilla in the run."""
+    out, mode = [], doc["meta"]["mode"]
+    for exp_id in sorted(doc["experiments"], key=suite_order):
+        configs = doc["experiments"][exp_id]
+        pairs = []
+        for c in config_order(configs, baseline(doc)):
+            kernel, _, switch = c.partition("/")
+            if (switch.endswith("=0") and kernel in configs
+                    and len(configs[c]) >= 2 and len(configs[kernel]) >= 2):
+                pairs.append((kernel, switch[:-2], c))
+        for name in (m for m in metrics_of(configs) if is_judged(m, mode)):
+            for kernel, switch, off in pairs:
+                v = judge(configs, off, kernel, name)
+                if v:
+                    out.append((exp_id, kernel, switch, name, *v))
     return out
 
 
@@ -248,29 +277,35 @@ def plural(n, noun):
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def spread_section(doc):
-    """The report's verdict on regressions: costs outside the spread."""
-    verdicts, ref = spread_verdicts(doc), baseline(doc)
-    lines = ["## Outside the run-to-run spread", ""]
-    if not verdicts:
-        return lines + [f"Nothing to judge: a kernel and {ref} need two repetitions "
-                        "each of the same experiment (`-r 2` or more).", ""]
-    worse = [v for v in verdicts if v[5] == "worse"]
-    better = [v for v in verdicts if v[5] == "better"]
+def judged_what(doc):
+    """What the spread section judges, in words, for the run's mode."""
+    if doc["meta"]["mode"] == "icount":
+        return ("the measured task's own instructions per operation "
+                "(`insns/vcpu0_per_op`; its time, rates and latencies here also hold "
+                "the other vCPUs' turns), whose spread is a few instructions, so that "
+                "any instruction a kernel adds to a path shows")
+    return "guest time, rates (where more is better) and latencies"
+
+
+def tally(verdicts):
+    """(worse, better, within) of verdicts whose last field is the verdict."""
+    worse = [v for v in verdicts if v[-1] == "worse"]
+    better = [v for v in verdicts if v[-1] == "better"]
+    return worse, better, len(verdicts) - len(worse) - len(better)
+
+
+def kernel_lines(doc, verdicts):
+    """Each kernel against the baseline, with its self-calibration."""
+    ref = baseline(doc)
+    worse, better, within = tally(verdicts)
     n_exp = len({v[0] for v in verdicts})
-    what = ("the measured task's own instructions per operation "
-            "(`insns/vcpu0_per_op`; its time, rates and latencies here also hold "
-            "the other vCPUs' turns), whose spread is a few instructions, so that "
-            "any instruction a kernel adds to a path shows"
-            if doc["meta"]["mode"] == "icount" else
-            "guest time, rates (where more is better) and latencies")
-    lines += [f"Each kernel against {ref}, by the [min-max] of their repetitions: "
-              f"worse when every repetition did worse than every one of {ref}'s, "
-              f"better the other way round. Judged: {what}. Counts are not judged "
-              f"here: they are exact, and their change is what a mechanism does. "
-              f"{plural(len(verdicts), 'cost')} in "
-              f"{plural(n_exp, 'experiment')}: {len(worse)} worse, {len(better)} better, "
-              f"{len(verdicts) - len(worse) - len(better)} within the spread.", ""]
+    lines = [f"Each kernel against {ref}, by the [min-max] of their repetitions: "
+             f"worse when every repetition did worse than every one of {ref}'s, "
+             f"better the other way round. Judged: {judged_what(doc)}. Counts are "
+             f"not judged here: they are exact, and their change is what a "
+             f"mechanism does. {plural(len(verdicts), 'cost')} in "
+             f"{plural(n_exp, 'experiment')}: {len(worse)} worse, {len(better)} better, "
+             f"{within} within the spread.", ""]
     selfs = self_spread(doc)
     if selfs:
         off = sum(v[1] for v in selfs.values())
@@ -298,6 +333,49 @@ def spread_section(doc):
                         + (f"{fmt(own[0], m)} |" if own else "- |"))
             lines.append(row)
         lines.append("")
+    return lines
+
+
+def switch_lines(doc, verdicts):
+    """Each mechanism on against the same kernel with it switched off."""
+    worse, better, within = tally(verdicts)
+    n_exp = len({v[0] for v in verdicts})
+    lines = [f"Each mechanism on against its kernel with the switch at 0 "
+             f"(`patched` against `patched/<switch>=0`), by the same rule and the same "
+             f"costs: {plural(len(verdicts), 'cost')} in "
+             f"{plural(n_exp, 'experiment')}: {len(worse)} worse, {len(better)} better, "
+             f"{within} within the spread.", ""]
+    for title, rows in (("Worse with the switch on", worse),
+                        ("Better with the switch on", better)):
+        if not rows:
+            continue
+        lines += [f"{title}:", "",
+                  "| experiment | metric | kernel | switch | off | on | on/off |",
+                  "|---|---|---|---|---|---|---|"]
+        for e, k, sw, m, off, on, _ in rows:
+            lines.append(f"| {e} | {m} | {k} | {sw} | {cell(off, m)} | {cell(on, m)} | "
+                         + (f"{on[0] / off[0]:.3f} |" if off[0] else "- |"))
+        lines.append("")
+    return lines
+
+
+def spread_section(doc):
+    """The report's verdict on regressions: costs outside the spread, of
+    each kernel against the baseline and of each mechanism against itself
+    switched off."""
+    verdicts, switches, ref = spread_verdicts(doc), switch_verdicts(doc), baseline(doc)
+    lines = ["## Outside the run-to-run spread", ""]
+    if not verdicts and not switches:
+        return lines + [f"Nothing to judge: a kernel and {ref}, or a kernel and its "
+                        "switch-off run, need two repetitions each of the same "
+                        "experiment (`-r 2` or more).", ""]
+    if verdicts:
+        lines += kernel_lines(doc, verdicts)
+    else:
+        lines += [f"No kernel against {ref}: it needs two repetitions of the "
+                  f"same experiment beside them.", ""]
+    if switches:
+        lines += switch_lines(doc, switches)
     return lines
 
 

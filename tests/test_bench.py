@@ -224,6 +224,33 @@ def test_report_lists_costs_outside_the_spread(tmp_path):
     assert "Better:" not in text
 
 
+def test_report_judges_each_mechanism_against_itself_switched_off(tmp_path):
+    """LUF's targets are "within the spread of LUF switched off": patched
+    is judged against patched/luf=0 too, even in a run without vanilla."""
+    reps = lambda ts: [json.loads(rec("x", t, 1)[15:]) for t in ts]
+    doc = {"meta": {"date": "d", "host": "h", "mode": "tcg", "quick": True, "reps": 2,
+                    "kernels": {"patched": {"release": "6.12.117"}}, "series": []},
+           "experiments": {
+               "luf-cost/write": {"patched": reps([2.0, 2.1]),
+                                  "patched/luf=0": reps([1.0, 1.1])},
+               "swap-loop": {"patched": reps([1.0, 1.1]),
+                             "patched/unmap_flush=0": reps([1.05, 1.2])},
+               # one repetition switched off: no spread, not judged
+               "migrate-loop": {"patched": reps([1.0, 1.1]),
+                                "patched/unmap_flush=0": reps([9.0])}},
+           "failures": []}
+    assert report.spread_verdicts(doc) == []
+    assert [(e, k, sw, m, v) for e, k, sw, m, _, _, v in report.switch_verdicts(doc)] == [
+        ("swap-loop", "patched", "unmap_flush", "elapsed_s", "within"),
+        ("luf-cost/write", "patched", "luf", "elapsed_s", "worse")]
+    report.write(tmp_path, doc)
+    text = (tmp_path / "report.md").read_text()
+    assert "No kernel against vanilla" in text
+    assert "2 costs in 2 experiments: 1 worse, 0 better, 1 within the spread." in text
+    assert "| luf-cost/write | elapsed_s | patched | luf | 1.05 [1-1.1] | 2.05 [2-2.1] " \
+           "| 1.952 |" in text
+
+
 def test_report_says_when_there_is_no_spread(tmp_path):
     reps = lambda xs: [json.loads(rec("x", t, 1)[15:]) for t in xs]
     doc = {"meta": {"date": "d", "host": "h", "mode": "tcg", "quick": True, "reps": 1,

@@ -168,8 +168,13 @@ static void own_faults(long long *all, long long *major)
 static void measure_begin(struct cost *c, struct measure *m)
 {
 	memset(m, 0, sizeof(*m));
-	m->load0 = roload_pages(c->load);
 	phase_begin(&m->p);
+	/*
+	 * The load's count inside the phase's clock, not around the
+	 * snapshots: it reads on while they are taken, which made a short
+	 * phase's load_pages_per_s overstate a paced load's rate.
+	 */
+	m->load0 = roload_pages(c->load);
 	own_faults(&m->faults0, &m->major0);
 	m->cpu0 = cpu_now();
 }
@@ -178,8 +183,8 @@ static void measure_end(struct cost *c, struct measure *m)
 {
 	m->cpu1 = cpu_now();
 	own_faults(&m->faults1, &m->major1);
-	phase_end(&m->p);
 	m->load1 = roload_pages(c->load);
+	phase_end(&m->p);
 }
 
 static long long measured_faults(const struct measure *m)

@@ -75,13 +75,25 @@ struct slice {
 	int cpu;
 };
 
-/* With a rate limit, sleep until @done pages are due since @t0. */
-static void keep_rate(double rate, double t0, long long done)
-{
-	double ahead = rate > 0 ? done / rate - (now_s() - t0) : 0;
+/*
+ * With a rate limit, sleep until @done pages are due since @t0.  A cap,
+ * not a quota: a reader more than MAX_LAG_S behind (its first pass read
+ * from disk, its CPU was busy) moves @t0 on instead of reading flat out to
+ * catch up, which would put that burst into whatever phase is measured.
+ */
+#define MAX_LAG_S	0.1
 
-	if (ahead > 0)
-		usleep(ahead * 1e6);
+static void keep_rate(double rate, double *t0, long long done)
+{
+	double behind;
+
+	if (rate <= 0)
+		return;
+	behind = now_s() - *t0 - done / rate;
+	if (behind > MAX_LAG_S)
+		*t0 += behind - MAX_LAG_S;
+	else if (behind < 0)
+		usleep(-behind * 1e6);
 }
 
 static void *read_slice(void *arg)
@@ -103,7 +115,7 @@ static void *read_slice(void *arg)
 			atomic_fetch_add_explicit(&s->load->pages, end - pg,
 						  memory_order_relaxed);
 			done += end - pg;
-			keep_rate(s->load->thread_rate, t0, done);
+			keep_rate(s->load->thread_rate, &t0, done);
 			if (atomic_load_explicit(&s->load->stop,
 						 memory_order_relaxed))
 				break;

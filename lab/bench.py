@@ -179,8 +179,8 @@ def main(args):
         "experiments": results,
         "failures": failures,
     }
-    missing = [e.id for e in experiments
-               if not any(k == e.id or k.startswith(e.id + "/") for k in results)]
+    found = [suite.owner(k, experiments) for k in results]
+    missing = [e.id for e in experiments if e not in found]
     if missing and not failures:
         raise LabError(f"no results for {', '.join(missing)}: the guest programs "
                        f"printed nothing (see build/runs/)")

@@ -381,11 +381,10 @@ def spread_section(doc):
 
 def suite_order(exp_id):
     """Experiments in the suite's order (by seed), phases after their parent."""
-    ids = [e.id for e in suite.EXPERIMENTS]
-    for i, known in enumerate(ids):
-        if exp_id == known or exp_id.startswith(known + "/"):
-            return (i, exp_id)
-    return (len(ids), exp_id)
+    known = suite.owner(exp_id)
+    if known is None:
+        return (len(suite.EXPERIMENTS), exp_id)
+    return (suite.EXPERIMENTS.index(known), exp_id)
 
 
 def write(out, doc):

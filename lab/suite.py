@@ -100,14 +100,15 @@ def _experiments():
         out.append(Experiment(f"luf-cost/{what}",
                               f"luf-cost {what} --threads 2 --files {MODEL_FILES}",
                               "luf-cost", "luf", "001"))
-    # ... and allocations beside the same load held to a rate every
+    # ... and the same work beside that load held to a rate every
     # configuration reaches: flat out, LUF's load runs about twice as fast,
-    # so the flat-out phase compares allocations beside twice the reclaim
-    # work; paced, both sides face the same reclaim, and so the same
-    # number of freed pages waiting for a flush
-    out.append(Experiment("luf-cost/alloc-latency/paced",
-                          f"luf-cost alloc-latency --threads 2 --load-rate {PACED_LOAD_RATE} "
-                          f"--files {MODEL_FILES}", "luf-cost", "luf", "001"))
+    # so the flat-out phases compare work beside twice the reclaim (and,
+    # on a 2-core host, beside vCPUs that take more of it); paced, every
+    # configuration faces the same reclaim
+    for what in ("write", "fault", "alloc-latency"):
+        out.append(Experiment(f"luf-cost/{what}/paced",
+                              f"luf-cost {what} --threads 2 --load-rate {PACED_LOAD_RATE} "
+                              f"--files {MODEL_FILES}", "luf-cost", "luf", "001"))
     for hvo in (0, 1):
         out.append(Experiment(f"hugetlb-hvo/hvo={hvo}",
                               f"hugetlb-hvo --hvo {hvo}", "hugetlb",
@@ -134,6 +135,16 @@ def select(patterns):
         chosen += [e for e in hits if e not in chosen]
     return chosen
 
+
+
+def owner(key, experiments=None):
+    """The experiment a results key belongs to, or None: the one with the
+    longest id that is the key or the key less its phase, so that
+    `luf-cost/write/paced/tmpfs` is luf-cost/write/paced's and not
+    luf-cost/write's."""
+    hits = [e for e in (EXPERIMENTS if experiments is None else experiments)
+            if key == e.id or key.startswith(e.id + "/")]
+    return max(hits, key=lambda e: len(e.id), default=None)
 
 
 def result_key(experiment, record):

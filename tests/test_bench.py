@@ -134,13 +134,14 @@ def test_report_rows_for_rates_and_latencies(tmp_path):
 def test_luf_cost_runs_with_the_data_disk_and_scratch():
     exps = suite.select(["luf-cost"])
     assert [e.id for e in exps] == ["luf-cost/write", "luf-cost/fault",
-                                    "luf-cost/alloc-latency",
+                                    "luf-cost/alloc-latency", "luf-cost/write/paced",
+                                    "luf-cost/fault/paced",
                                     "luf-cost/alloc-latency/paced"]
-    # the exact id is the uncapped phase alone; the paced one caps the load
+    # an exact id is the uncapped experiment alone; the paced ones cap the load
     assert [e.id for e in suite.select(["luf-cost/alloc-latency"])] == [
         "luf-cost/alloc-latency"]
-    assert "--load-rate" not in exps[2].command
-    assert f"--load-rate {suite.PACED_LOAD_RATE}" in exps[3].command
+    assert not any("--load-rate" in e.command for e in exps[:3])
+    assert all(f"--load-rate {suite.PACED_LOAD_RATE}" in e.command for e in exps[3:])
     assert all(e.group == "luf-cost" and e.switch == "luf" and e.seed == "001"
                for e in exps)
     group = suite.GROUPS["luf-cost"]
@@ -249,6 +250,19 @@ def test_report_judges_each_mechanism_against_itself_switched_off(tmp_path):
     assert "2 costs in 2 experiments: 1 worse, 0 better, 1 within the spread." in text
     assert "| luf-cost/write | elapsed_s | patched | luf | 1.05 [1-1.1] | 2.05 [2-2.1] " \
            "| 1.952 |" in text
+
+
+def test_a_phase_belongs_to_the_longest_id_that_names_it():
+    """luf-cost/write/paced/tmpfs is the paced experiment's phase, though
+    luf-cost/write is a prefix of it too."""
+    assert suite.owner("luf-cost/write/paced/tmpfs").id == "luf-cost/write/paced"
+    assert suite.owner("luf-cost/write/tmpfs").id == "luf-cost/write"
+    assert suite.owner("luf-cost/alloc-latency").id == "luf-cost/alloc-latency"
+    assert suite.owner("hugetlb-hvo/hvo=1/free").id == "hugetlb-hvo/hvo=1"
+    assert suite.owner("no-such-thing") is None
+    ids = ["luf-cost/write/tmpfs", "luf-cost/write/paced/tmpfs", "luf-cost/write/cpu"]
+    assert sorted(ids, key=report.suite_order) == [
+        "luf-cost/write/cpu", "luf-cost/write/tmpfs", "luf-cost/write/paced/tmpfs"]
 
 
 def test_report_says_when_there_is_no_spread(tmp_path):

@@ -26,7 +26,7 @@ def test_quick_suite_runs_with_set_up_checks_holding(tmp_path):
     doc = json.loads((out / "results.json").read_text())
     assert doc["failures"] == []
     for exp in suite.EXPERIMENTS:
-        ids = [k for k in doc["experiments"] if k == exp.id or k.startswith(exp.id + "/")]
+        ids = [k for k in doc["experiments"] if suite.owner(k) is exp]
         assert ids, f"no result for {exp.id}"
         for key in ids:
             configs = doc["experiments"][key]

@@ -79,9 +79,10 @@ struct slice {
  * With a rate limit, sleep until @done pages are due since @t0.  A cap,
  * not a quota: a reader more than MAX_LAG_S behind (its first pass read
  * from disk, its CPU was busy) moves @t0 on instead of reading flat out to
- * catch up, which would put that burst into whatever phase is measured.
+ * catch up, which would put that burst into whatever phase is measured
+ * (luf-cost's shortest phases last under half a second).
  */
-#define MAX_LAG_S	0.1
+#define MAX_LAG_S	0.02
 
 static void keep_rate(double rate, double *t0, long long done)
 {

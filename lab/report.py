@@ -294,18 +294,23 @@ def tally(verdicts):
     return worse, better, len(verdicts) - len(worse) - len(better)
 
 
+def tally_text(verdicts):
+    """'N costs in M experiments: a worse, b better, c within the spread.'"""
+    worse, better, within = tally(verdicts)
+    n_exp = len({v[0] for v in verdicts})
+    return (f"{plural(len(verdicts), 'cost')} in {plural(n_exp, 'experiment')}: "
+            f"{len(worse)} worse, {len(better)} better, {within} within the spread.")
+
+
 def kernel_lines(doc, verdicts):
     """Each kernel against the baseline, with its self-calibration."""
     ref = baseline(doc)
-    worse, better, within = tally(verdicts)
-    n_exp = len({v[0] for v in verdicts})
+    worse, better, _ = tally(verdicts)
     lines = [f"Each kernel against {ref}, by the [min-max] of their repetitions: "
              f"worse when every repetition did worse than every one of {ref}'s, "
              f"better the other way round. Judged: {judged_what(doc)}. Counts are "
              f"not judged here: they are exact, and their change is what a "
-             f"mechanism does. {plural(len(verdicts), 'cost')} in "
-             f"{plural(n_exp, 'experiment')}: {len(worse)} worse, {len(better)} better, "
-             f"{within} within the spread.", ""]
+             f"mechanism does. {tally_text(verdicts)}", ""]
     selfs = self_spread(doc)
     if selfs:
         off = sum(v[1] for v in selfs.values())
@@ -338,13 +343,10 @@ def kernel_lines(doc, verdicts):
 
 def switch_lines(doc, verdicts):
     """Each mechanism on against the same kernel with it switched off."""
-    worse, better, within = tally(verdicts)
-    n_exp = len({v[0] for v in verdicts})
+    worse, better, _ = tally(verdicts)
     lines = [f"Each mechanism on against its kernel with the switch at 0 "
              f"(`patched` against `patched/<switch>=0`), by the same rule and the same "
-             f"costs: {plural(len(verdicts), 'cost')} in "
-             f"{plural(n_exp, 'experiment')}: {len(worse)} worse, {len(better)} better, "
-             f"{within} within the spread.", ""]
+             f"costs: {tally_text(verdicts)}", ""]
     for title, rows in (("Worse with the switch on", worse),
                         ("Better with the switch on", better)):
         if not rows:

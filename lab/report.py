@@ -120,6 +120,17 @@ def config_order(configs, base="vanilla"):
     return sorted(configs, key=lambda c: (c != base, "/" in c, c))
 
 
+def switch_offs(order):
+    """(kernel, switch, switch-off configuration) for each
+    `kernel/<switch>=0` in @order whose kernel is there too."""
+    out = []
+    for c in order:
+        kernel, _, switch = c.partition("/")
+        if switch.endswith("=0") and kernel in order:
+            out.append((kernel, switch[:-2], c))
+    return out
+
+
 def ratios(order, base="vanilla"):
     """(numerator, denominator, heading) of the ratio columns: every
     configuration against the baseline, and each kernel with a mechanism on
@@ -128,10 +139,7 @@ def ratios(order, base="vanilla"):
     out = []
     if base in order:
         out += [(c, base, f"{c}/{base}") for c in order if c != base]
-    for c in order:
-        kernel, _, switch = c.partition("/")
-        if switch.endswith("=0") and kernel in order:
-            out.append((kernel, c, f"{switch[:-2]} on/off"))
+    out += [(kernel, off, f"{switch} on/off") for kernel, switch, off in switch_offs(order)]
     return out
 
 
@@ -182,11 +190,11 @@ def against_spread(base, other, name):
     return "within"
 
 
-def judge(configs, base_c, other_c, name):
-    """(@base_c's summary, @other_c's, verdict) of @name, or None if either
-    configuration lacks it."""
-    base = summary([metric_value(r, name) for r in configs[base_c]])
-    other = summary([metric_value(r, name) for r in configs[other_c]])
+def judge(base_reps, other_reps, name):
+    """(summary of @name over @base_reps, over @other_reps, verdict), or None
+    if either set of repetitions lacks it."""
+    base = summary([metric_value(r, name) for r in base_reps])
+    other = summary([metric_value(r, name) for r in other_reps])
     return (base, other, against_spread(base, other, name)) if base and other else None
 
 
@@ -204,7 +212,7 @@ def spread_verdicts(doc):
                    if c != ref and "/" not in c and len(configs[c]) >= 2]
         for name in (m for m in metrics_of(configs) if is_judged(m, mode)):
             for k in kernels:
-                v = judge(configs, ref, k, name)
+                v = judge(configs[ref], configs[k], name)
                 if v:
                     out.append((exp_id, k, name, *v))
     return out
@@ -219,15 +227,12 @@ def switch_verdicts(doc):
     out, mode = [], doc["meta"]["mode"]
     for exp_id in sorted(doc["experiments"], key=suite_order):
         configs = doc["experiments"][exp_id]
-        pairs = []
-        for c in config_order(configs, baseline(doc)):
-            kernel, _, switch = c.partition("/")
-            if (switch.endswith("=0") and kernel in configs
-                    and len(configs[c]) >= 2 and len(configs[kernel]) >= 2):
-                pairs.append((kernel, switch[:-2], c))
+        pairs = [(kernel, switch, off) for kernel, switch, off
+                 in switch_offs(config_order(configs, baseline(doc)))
+                 if len(configs[off]) >= 2 and len(configs[kernel]) >= 2]
         for name in (m for m in metrics_of(configs) if is_judged(m, mode)):
             for kernel, switch, off in pairs:
-                v = judge(configs, off, kernel, name)
+                v = judge(configs[off], configs[kernel], name)
                 if v:
                     out.append((exp_id, kernel, switch, name, *v))
     return out
@@ -263,11 +268,10 @@ def self_spread(doc):
         for name in (m for m in metrics_of(configs) if is_judged(m, mode)):
             diffs, off = [], 0
             for a, b in splits:
-                sa = summary([metric_value(r, name) for r in a])
-                sb = summary([metric_value(r, name) for r in b])
-                if sa and sb:
-                    diffs.append(abs(sb[0] - sa[0]))
-                    off += against_spread(sa, sb, name) != "within"
+                v = judge(a, b, name)
+                if v:
+                    diffs.append(abs(v[1][0] - v[0][0]))
+                    off += v[2] != "within"
             if diffs:
                 out[(exp_id, name)] = (max(diffs), off, len(diffs))
     return out

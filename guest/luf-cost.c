@@ -85,6 +85,9 @@ static const char usage[] =
 "                 time of the ops at or above the wall p99),\n"
 "                 alloc_cpu_stretched_ops and _mean_ns (the ops whose CPU\n"
 "                 time is over twice its median, and their mean CPU time).\n"
+"                 Each op is also marked for the lab's instruction plugin\n"
+"                 (under `lab bench --icount`: insns/vcpu0_op_p50, _p90,\n"
+"                 _p99, _max, the instructions the op ran on its CPU).\n"
 "                 --ops default 30000, --quick 5000.\n"
 "\n"
 "  --files      comma-separated files for the load, e.g. on the lab's\n"
@@ -518,14 +521,17 @@ static void measure_alloc(struct cost *c, struct op_time *ops, long long *tmp)
 		 */
 		long long t0 = ns_of(CLOCK_MONOTONIC);
 		long long c0 = ns_of(CLOCK_THREAD_CPUTIME_ID);
-		char *mem = mmap(NULL, c->size, PROT_READ | PROT_WRITE,
-				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		char *mem;
 
+		op_begin();
+		mem = mmap(NULL, c->size, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (mem == MAP_FAILED)
 			die(1, "mmap of %zu bytes: %s", c->size,
 			    strerror(errno));
 		touch_pages(mem, c->size, true);
 		munmap(mem, c->size);
+		op_end();
 		ops[i].cpu = ns_of(CLOCK_THREAD_CPUTIME_ID) - c0;
 		ops[i].wall = ns_of(CLOCK_MONOTONIC) - t0;
 	}

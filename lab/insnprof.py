@@ -84,6 +84,29 @@ def by_function(rows, symbols, vcpu):
     return out
 
 
+def read_ops(window_path, vcpu):
+    """The instructions of each op the guest marked (op_begin(), op_end()) on
+    @vcpu in a window, from its window.N.ops; [] if it marked none."""
+    path = Path(f"{window_path}.ops")
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        v, insns = line.split()
+        if int(v) == vcpu:
+            out.append(int(insns))
+    return out
+
+
+def op_percentiles(insns):
+    """p50, p90, p99 and max of per-op instruction counts, the same ranks
+    as guest/luf-cost.c takes of its latencies (sorted[n * q / 100])."""
+    s = sorted(insns)
+    n = len(s)
+    return {"p50": s[n // 2], "p90": s[n * 9 // 10], "p99": s[n * 99 // 100],
+            "max": s[-1]}
+
+
 def vcpu_totals(rows):
     width = max((len(c) for _, _, c in rows), default=0)
     return [sum(c[v] for _, _, c in rows if v < len(c)) for v in range(width)]
@@ -123,8 +146,9 @@ def annotate(output, folder, vcpu=0):
     lines since phases that hold a window never overlap.  A paired result
     gains counters insns/vcpuV (what vCPU V ran in the window), insns/all
     (every vCPU) and, over the result's `ops`, insns/vcpuV_per_op and
-    insns/all_per_op.  Returns the output unchanged, with a reason, if the
-    windows and the lines do not pair up.
+    insns/all_per_op; if the phase marked its ops (window.N.ops), also
+    insns/vcpuV_op_p50, _p90, _p99 and _max.  Returns the output unchanged,
+    with a reason, if the windows and the lines do not pair up.
     """
     try:
         files = windows(folder)
@@ -151,5 +175,9 @@ def annotate(output, folder, vcpu=0):
         if record.get("ops"):
             for key in (f"insns/vcpu{vcpu}", "insns/all"):
                 counters[f"{key}_per_op"] = round(counters[key] / record["ops"])
+        ops = read_ops(path, vcpu)
+        if ops:
+            for rank, value in op_percentiles(ops).items():
+                counters[f"insns/vcpu{vcpu}_op_{rank}"] = value
         lines[i] = "UNFLUSH-RESULT " + json.dumps(record, separators=(",", ":"))
     return "\n".join(lines) + "\n", None

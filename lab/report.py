@@ -47,7 +47,9 @@ while other vCPUs run: a rate per CPU second beside a load is not the task's own
 cost, nor is a latency percentile (an operation that spans the other vCPUs' turn
 counts their instructions). The `insns/vcpu0_per_op` rows are the measured
 task's own instructions per operation (it is pinned to vCPU 0, where little else
-runs; `insns/all` adds the other vCPUs, busy threads included), and
+runs; `insns/all` adds the other vCPUs, busy threads included);
+`insns/vcpu0_op_p50`, `_p99` are their median and 99th percentile where the
+program marks each operation (luf-cost's allocations), and
 `alloc_offcpu_*` rows are the time the guest really had the task off its CPU.
 Each cell is the median over the repetitions, with [min-max].""",
     "host": "Native run on this machine's kernel: times are real.",
@@ -167,11 +169,14 @@ HIGHER_IS_BETTER = ("_per_s", "_per_cpu_s")
 
 def is_judged(name, mode):
     """Is @name a cost the spread section judges in a report of @mode?
-    Under --icount only the task's own instructions per operation: its
-    guest time, rates and latencies also hold whatever the other vCPUs ran
-    in their turns (EMULATION_NOTE).  Otherwise time, rates and latencies."""
+    Under --icount only the task's own instructions per operation, their
+    mean and, where the ops were marked, their median and 99th percentile:
+    its guest time, rates and latencies also hold whatever the other vCPUs
+    ran in their turns (EMULATION_NOTE).  Otherwise time, rates and
+    latencies."""
     if mode == "icount":
-        return name == "insns/vcpu0_per_op"
+        return name in ("insns/vcpu0_per_op", "insns/vcpu0_op_p50",
+                        "insns/vcpu0_op_p99")
     return name == "elapsed_s" or name.endswith(TIME_SUFFIXES)
 
 

@@ -189,6 +189,29 @@ def test_instruction_windows_pair_with_results(tmp_path):
     assert "insns/vcpu0_per_op" in rows
 
 
+def test_marked_ops_get_their_own_percentiles(tmp_path):
+    """window.N.ops (the ops a phase marked) gives the measured vCPU's
+    instructions per op a median and a tail; other vCPUs' ops are not its."""
+    (tmp_path / "window.0").write_text("401000 5 1000 0\n")
+    # 100 ops on vCPU 0: 1..100 instructions, and one on vCPU 1
+    (tmp_path / "window.0.ops").write_text(
+        "".join(f"0 {n}\n" for n in range(100, 0, -1)) + "1 999999\n")
+    out = ("UNFLUSH-WINDOW 7.0\n"
+           'UNFLUSH-RESULT {"experiment":"luf-cost/alloc-latency","window":"7.0",'
+           '"ops":100}\n')
+    text, why = insnprof.annotate(out, tmp_path)
+    assert why is None                  # window.0.ops is not taken for a window
+    counters = json.loads(text.splitlines()[1][15:])["counters"]
+    assert {k: v for k, v in counters.items() if "_op_" in k} == {
+        "insns/vcpu0_op_p50": 51, "insns/vcpu0_op_p90": 91,
+        "insns/vcpu0_op_p99": 100, "insns/vcpu0_op_max": 100}
+    # under --icount the median and the tail are the task's own costs
+    assert report.is_judged("insns/vcpu0_op_p99", "icount")
+    assert report.is_judged("insns/vcpu0_op_p50", "icount")
+    assert not report.is_judged("insns/vcpu0_op_max", "icount")
+    assert not report.is_judged("insns/vcpu0_op_p99", "tcg")
+
+
 def test_spread_verdict_needs_ranges_apart():
     lower = "insns/vcpu0_per_op"
     assert report.against_spread((10, 9, 11), (12, 11.5, 13), lower) == "worse"

@@ -1,11 +1,13 @@
 """The instruction profiler: its plugin builds and loads, its files are read
 right, and bad use of `run --insn-profile` is one clear error."""
 
+import json
 import subprocess
+import sys
 
 import pytest
 
-from lab import insnprof, vm
+from lab import insnprof, paths, vm
 from tests.test_cli import lab, one_line_error
 
 SYSTEM_MAP = """\
@@ -78,3 +80,24 @@ def test_run_insn_profile_refuses_kvm_and_old_windows(tmp_path):
     (tmp_path / "window.0").write_text("")
     one_line_error(lab("run", "--insn-profile", str(tmp_path), "--dry-run", "--",
                        "true"), "already holds window files")
+
+
+@pytest.mark.vm
+def test_bench_icount_gives_each_allocation_its_instructions(tmp_path):
+    """End to end: luf-cost marks each allocation, the plugin counts what
+    vCPU 0 ran for it, and the result carries the distribution.  64K of
+    anonymous memory is 16 page faults and a munmap() of them: tens of
+    thousands of instructions, never none."""
+    out = tmp_path / "results"
+    proc = subprocess.run([sys.executable, "-m", "lab", "bench", "--no-build", "--quick",
+                           "--icount", "-r", "1", "-k", "vanilla",
+                           "-e", "luf-cost/alloc-latency/paced", "-o", str(out)],
+                          cwd=paths.ROOT, stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 0, "\n".join(proc.stderr.splitlines()[-15:])
+    doc = json.loads((out / "results.json").read_text())
+    (rep,) = doc["experiments"]["luf-cost/alloc-latency/paced"]["vanilla"]
+    c = rep["counters"]
+    assert 10_000 < c["insns/vcpu0_op_p50"] <= c["insns/vcpu0_op_p90"]
+    assert c["insns/vcpu0_op_p90"] <= c["insns/vcpu0_op_p99"] <= c["insns/vcpu0_op_max"]
+    # the ops are inside the phase's window: together no more than it ran
+    assert c["insns/vcpu0_op_p50"] <= c["insns/vcpu0_per_op"] * 2

@@ -199,6 +199,21 @@ static inline void window_close(void)
 	__asm__ volatile("nopl 0x554e4630(%%rax)" ::: "memory");
 }
 
+/*
+ * Inside a window, mark one operation: the plugin writes what the vCPU ran
+ * between the two, op by op, so a phase's instructions per operation get a
+ * median and a tail, not just a mean.  The task must stay on one CPU.
+ */
+static inline void op_begin(void)
+{
+	__asm__ volatile("nopl 0x554e4632(%%rax)" ::: "memory");
+}
+
+static inline void op_end(void)
+{
+	__asm__ volatile("nopl 0x554e4633(%%rax)" ::: "memory");
+}
+
 /* --- snapshot.c + tracepoint.c: the counters --- */
 
 struct counter {

@@ -8,6 +8,13 @@
  * a line per block that ran in it, "address instructions count-on-vCPU0
  * count-on-vCPU1 ...".  lab/insnprof.py reads those against System.map.
  *
+ * Inside a window a guest may also mark operations: nopl 0x554e4632(%rax)
+ * begins one on the vCPU that runs it, nopl 0x554e4633(%rax) ends it
+ * (op_begin(), op_end()).  Each op that begins and ends on one vCPU inside
+ * the window is a line "vCPU instructions" of OUT.N.ops, written with
+ * OUT.N: the distribution of what one operation ran on its CPU, where a
+ * window gives only the sum.
+ *
  * Why: under -icount a guest's times are instruction counts, but a task's
  * CPU time also runs while the other vCPUs execute (one host thread runs
  * them in turn), so it cannot say which instructions were whose.  These
@@ -52,6 +59,10 @@ __attribute__((visibility("default"))) int qemu_plugin_version = 1;
 #define MAX_VCPUS 8
 #define MARK_START 0x554e4631u
 #define MARK_END   0x554e4630u
+#define MARK_OP_BEGIN 0x554e4632u
+#define MARK_OP_END   0x554e4633u
+
+enum mark { M_START, M_END, M_OP_BEGIN, M_OP_END };
 
 struct block {
 	uint64_t pc;
@@ -65,12 +76,61 @@ static bool counting;
 static int window;
 static char prefix[256] = "window";
 
+/* what each vCPU ran in the window so far, and where its open op began */
+static uint64_t ran_total[MAX_VCPUS];
+static uint64_t op_start[MAX_VCPUS];
+static bool op_open[MAX_VCPUS];
+
+struct op {
+	unsigned int vcpu;
+	uint64_t insns;
+};
+static struct op *ops;		/* the window's ended ops */
+static size_t nr_ops, ops_cap;
+
 static void block_ran(unsigned int vcpu, void *data)
 {
 	struct block *b = data;
 
-	if (counting && vcpu < MAX_VCPUS)
+	if (counting && vcpu < MAX_VCPUS) {
 		b->ran[vcpu] += b->n;
+		ran_total[vcpu] += b->n;
+	}
+}
+
+static void op_ended(unsigned int vcpu)
+{
+	if (nr_ops == ops_cap) {
+		ops_cap = ops_cap ? 2 * ops_cap : 4096;
+		ops = realloc(ops, ops_cap * sizeof(*ops));
+		if (!ops)
+			abort();
+	}
+	ops[nr_ops].vcpu = vcpu;
+	ops[nr_ops].insns = ran_total[vcpu] - op_start[vcpu];
+	nr_ops++;
+}
+
+/* OUT.N.ops, if the window had ops; then forget them. */
+static void dump_ops(const char *window_path)
+{
+	char path[310];
+	FILE *f;
+
+	if (nr_ops) {
+		snprintf(path, sizeof(path), "%s.ops", window_path);
+		f = fopen(path, "w");
+		if (!f)
+			fprintf(stderr, "insnprof: cannot write %s\n", path);
+		for (size_t i = 0; f && i < nr_ops; i++)
+			fprintf(f, "%u %llu\n", ops[i].vcpu,
+				(unsigned long long)ops[i].insns);
+		if (f)
+			fclose(f);
+	}
+	nr_ops = 0;
+	memset(ran_total, 0, sizeof(ran_total));
+	memset(op_open, 0, sizeof(op_open));
 }
 
 /* One line per (pc, n) with instructions in the window, then zeroed. */
@@ -102,17 +162,36 @@ static void dump(void)
 	}
 	if (f)
 		fclose(f);
+	dump_ops(path);
 }
 
 static void marker(unsigned int vcpu, void *data)
 {
-	bool start = (uintptr_t)data;
+	enum mark kind = (uintptr_t)data;
 
-	if (start && !counting) {
+	switch (kind) {
+	case M_START:
 		counting = true;
-	} else if (!start && counting) {
-		counting = false;
-		dump();
+		break;
+	case M_END:
+		if (counting) {
+			counting = false;
+			dump();
+		}
+		break;
+	case M_OP_BEGIN:
+		/* outside a window nothing is counted, so no op either */
+		if (counting && vcpu < MAX_VCPUS) {
+			op_start[vcpu] = ran_total[vcpu];
+			op_open[vcpu] = true;
+		}
+		break;
+	case M_OP_END:
+		if (counting && vcpu < MAX_VCPUS && op_open[vcpu]) {
+			op_open[vcpu] = false;
+			op_ended(vcpu);
+		}
+		break;
 	}
 }
 
@@ -126,7 +205,17 @@ static int marker_kind(const struct qemu_plugin_insn *insn)
 	    p[2] != 0x80)
 		return -1;
 	memcpy(&disp, p + 3, 4);
-	return disp == MARK_START ? 1 : disp == MARK_END ? 0 : -1;
+	switch (disp) {
+	case MARK_START:
+		return M_START;
+	case MARK_END:
+		return M_END;
+	case MARK_OP_BEGIN:
+		return M_OP_BEGIN;
+	case MARK_OP_END:
+		return M_OP_END;
+	}
+	return -1;
 }
 
 static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)

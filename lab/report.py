@@ -290,7 +290,8 @@ def judged_what(doc):
     """What the spread section judges, in words, for the run's mode."""
     if doc["meta"]["mode"] == "icount":
         return ("the measured task's own instructions per operation "
-                "(`insns/vcpu0_per_op`; its time, rates and latencies here also hold "
+                "(`insns/vcpu0_per_op`, and `insns/vcpu0_op_p50` and `_p99` where each "
+                "operation is marked; its time, rates and latencies here also hold "
                 "the other vCPUs' turns), whose spread is a few instructions, so that "
                 "any instruction a kernel adds to a path shows")
     return "guest time, rates (where more is better) and latencies"

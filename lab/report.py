@@ -399,6 +399,36 @@ def suite_order(exp_id):
     return (suite.EXPERIMENTS.index(known), exp_id)
 
 
+# A paced load (luf-cost --load-rate) that reached less than this share of
+# its cap in some configuration did not give them all the same load.
+PACED_SHARE = 0.9
+
+
+def pace_note(configs):
+    """A warning for an experiment whose load was capped (`load_rate`) but
+    did not reach the cap in every configuration, else None.  The cap is
+    there to give every configuration the same reclaim beside the measured
+    work; where one falls short (a slower kernel, quick sizes, or the
+    rate chosen for another mode), the comparison is not at equal load."""
+    cap = max((r.get("load_rate") or 0 for reps in configs.values() for r in reps),
+              default=0)
+    if not cap:
+        return None
+    rates = {}
+    for name, reps in configs.items():
+        got = [r["load_pages_per_s"] for r in reps if "load_pages_per_s" in r]
+        if got:
+            rates[name] = summary(got)[0]
+    short = [n for n, v in rates.items() if v < PACED_SHARE * cap]
+    if not short:
+        return None
+    each = ", ".join(f"{n} {v:,.0f}" for n, v in rates.items())
+    return (f"**Not at equal load:** the load was capped at {cap:,} pages a second, "
+            f"but read (median pages a second) {each}; "
+            f"{', '.join(short)} fell short of the cap, so the configurations "
+            "did not face the same reclaim.")
+
+
 def write(out, doc):
     out = Path(out)
     meta = doc["meta"]
@@ -431,6 +461,9 @@ def write(out, doc):
     for exp_id in sorted(doc["experiments"], key=suite_order):
         parts += [f"## {exp_id}", "",
                   table(exp_id, doc["experiments"][exp_id], baseline(doc)), ""]
+        note = pace_note(doc["experiments"][exp_id])
+        if note:
+            parts += [note, ""]
         for title, png in plots.get(exp_id.split("/")[0], []):
             parts += [f"![{title}]({png})", ""]
             plots.pop(exp_id.split("/")[0])

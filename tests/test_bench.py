@@ -391,3 +391,17 @@ def test_report_compares_with_the_runs_baseline(tmp_path):
     assert ("| metric | vanilla-distro | patched-distro | patched-distro/unmap_flush=0 "
             "| patched-distro/vanilla-distro | patched-distro/unmap_flush=0/vanilla-distro "
             "| unmap_flush on/off |") in text
+
+
+def test_report_says_when_a_paced_load_was_not_at_its_cap():
+    """A capped load that one configuration could not reach gives them
+    different reclaim: the report says so, and is quiet when all reach it
+    or nothing was capped."""
+    def reps(rate, cap=4000):
+        return [{"load_rate": cap, "load_pages_per_s": rate + d} for d in (-5, 0, 5)]
+    short = report.pace_note({"vanilla": reps(1441), "patched": reps(3951)})
+    assert "capped at 4,000" in short and "vanilla 1,441" in short
+    assert "vanilla fell short" in short
+    assert report.pace_note({"vanilla": reps(3950), "patched": reps(4001)}) is None
+    assert report.pace_note({"vanilla": reps(15000, cap=0)}) is None
+    assert report.pace_note({"vanilla": [{"elapsed_s": 1.0}]}) is None

@@ -147,6 +147,16 @@ def owner(key, experiments=None):
     return max(hits, key=lambda e: len(e.id), default=None)
 
 
+def paced_twin(key):
+    """The results key of the same measurement beside a load held to
+    PACED_LOAD_RATE (`luf-cost/write/tmpfs` -> `luf-cost/write/paced/tmpfs`),
+    or None if the key's experiment has no paced twin."""
+    exp = owner(key)
+    if exp is None or not any(e.id == exp.id + "/paced" for e in EXPERIMENTS):
+        return None
+    return exp.id + "/paced" + key[len(exp.id):]
+
+
 def result_key(experiment, record):
     """results.json's id for a record: the suite's id, plus a phase if any
     (hugetlb-hvo reports an alloc and a free phase per repetition)."""

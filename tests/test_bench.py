@@ -393,15 +393,55 @@ def test_report_compares_with_the_runs_baseline(tmp_path):
             "| unmap_flush on/off |") in text
 
 
-def test_report_says_when_a_paced_load_was_not_at_its_cap():
+def test_report_says_when_a_load_was_not_at_one_rate():
     """A capped load that one configuration could not reach gives them
-    different reclaim: the report says so, and is quiet when all reach it
-    or nothing was capped."""
+    different reclaim, and so does an uncapped one that read faster on one
+    kernel: the report says so (naming the paced twin where there is one),
+    and is quiet when all read alike or there was no load."""
     def reps(rate, cap=4000):
         return [{"load_rate": cap, "load_pages_per_s": rate + d} for d in (-5, 0, 5)]
-    short = report.pace_note({"vanilla": reps(1441), "patched": reps(3951)})
+    paced = "luf-cost/alloc-latency/paced"
+    short = report.load_note(paced, {"vanilla": reps(1441), "patched": reps(3951)})
     assert "capped at 4,000" in short and "vanilla 1,441" in short
     assert "vanilla fell short" in short
-    assert report.pace_note({"vanilla": reps(3950), "patched": reps(4001)}) is None
-    assert report.pace_note({"vanilla": reps(15000, cap=0)}) is None
-    assert report.pace_note({"vanilla": [{"elapsed_s": 1.0}]}) is None
+    assert report.load_note(paced, {"vanilla": reps(3950), "patched": reps(4001)}) is None
+    assert report.load_note(paced, {"vanilla": [{"elapsed_s": 1.0}]}) is None
+    uncapped = report.load_note("luf-cost/fault/cow", {"vanilla": reps(1418, cap=0),
+                                                      "patched": reps(15490, cap=0)})
+    assert "ran uncapped" in uncapped and "patched 15,490" in uncapped
+    assert "`luf-cost/fault/paced/cow` compares them at one rate" in uncapped
+    assert report.load_note("luf-cost/fault/cow", {"vanilla": reps(15000, cap=0),
+                                                   "patched": reps(15400, cap=0)}) is None
+    assert report.load_note("swap-loop", {"vanilla": [{"elapsed_s": 1.0}]}) is None
+    no_twin = report.load_note("other/exp", {"vanilla": reps(1000, cap=0),
+                                             "patched": reps(2000, cap=0)})
+    assert no_twin.endswith("not all the kernel's.")
+
+
+def test_worse_costs_beside_unequal_loads_are_named_in_the_verdict(tmp_path):
+    """A cost listed worse in an experiment whose load read faster on one
+    kernel is named as not at equal load under the list, where a reader of
+    the verdicts looks, not only under the experiment's table."""
+    def reps(own, rate):
+        out = icount_reps(own)
+        for r in out:
+            r["load_pages_per_s"] = rate
+        return out
+    doc = {"meta": {"date": "d", "host": "h", "mode": "icount", "quick": False,
+                    "reps": 2, "kernels": {"vanilla": {"release": "a"},
+                                           "patched": {"release": "b"}},
+                    "baseline": "vanilla", "series": []},
+           "experiments": {
+               "luf-cost/fault/cow": {"vanilla": reps([100, 101], 1400),
+                                      "patched": reps([110, 111], 15000)},
+               "swap-loop": {"vanilla": icount_reps([100, 101]),
+                             "patched": icount_reps([110, 111])}},
+           "failures": []}
+    report.write(tmp_path, doc)
+    text = (tmp_path / "report.md").read_text()
+    assert ("Not at equal load, so not all the kernel's (the note under each "
+            "table says why): luf-cost/fault/cow.") in text
+    assert "`luf-cost/fault/paced/cow` compares them at one rate" in text
+    doc["experiments"]["luf-cost/fault/cow"]["patched"] = reps([110, 111], 1400)
+    report.write(tmp_path, doc)
+    assert "Not at equal load" not in (tmp_path / "report.md").read_text()

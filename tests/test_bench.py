@@ -1,11 +1,18 @@
 """The suite's bookkeeping: scripts, parsing, failures, the report."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from lab import bench, build, insnprof, report, suite
 from lab.errors import LabError
+
+
+def written_report(folder, doc):
+    """The report.md that report.write() makes of @doc in @folder."""
+    report.write(folder, doc)
+    return (Path(folder) / "report.md").read_text()
 
 
 def rec(exp, elapsed, irqs, **counters):
@@ -81,8 +88,7 @@ def test_report_medians_and_ratio(tmp_path):
            "experiments": {"swap-loop": {"vanilla": reps([(1.0, 10), (2.0, 20), (3.0, 30)]),
                                          "patched": reps([(1.0, 1), (1.0, 2), (1.0, 3)])}},
            "failures": []}
-    report.write(tmp_path, doc)
-    text = (tmp_path / "report.md").read_text()
+    text = written_report(tmp_path, doc)
     assert "| tlb_shootdown_irqs | 20 [10-30] | 2 [1-3] | 0.100 |" in text
     assert "| elapsed_s | 2 [1-3] | 1 | 0.500 |" in text
 
@@ -95,8 +101,7 @@ def test_report_has_switch_on_off_ratio(tmp_path):
                                          "patched": reps([(1.0, 10)]),
                                          "patched/unmap_flush=0": reps([(2.0, 40)])}},
            "failures": []}
-    report.write(tmp_path, doc)
-    text = (tmp_path / "report.md").read_text()
+    text = written_report(tmp_path, doc)
     assert ("| metric | vanilla | patched | patched/unmap_flush=0 | patched/vanilla "
             "| patched/unmap_flush=0/vanilla | unmap_flush on/off |") in text
     assert "| tlb_shootdown_irqs | 40 | 10 | 40 | 0.250 | 1.000 | 0.250 |" in text
@@ -125,8 +130,7 @@ def test_report_rows_for_rates_and_latencies(tmp_path):
     assert rows[-5:] == ["alloc_lat_p50_ns", "alloc_lat_p99_ns", "alloc_ops_per_cpu_s",
                          "alloc_ops_per_s", "elapsed_s"]
     assert "alloc_ops" not in rows and "dir" not in rows
-    report.write(tmp_path, doc)
-    text = (tmp_path / "report.md").read_text()
+    text = written_report(tmp_path, doc)
     assert "| alloc_lat_p99_ns | 1000 [900-1100] | 1000 | 1.000 |" in text
     assert "| alloc_ops_per_s | 1900 [1800-2000] | 1900 | 1.000 |" in text
 
@@ -241,8 +245,7 @@ def test_report_lists_costs_outside_the_spread(tmp_path):
     assert [(e, k, m, v) for e, k, m, _, _, v in verdicts] == [
         ("swap-loop", "patched", "elapsed_s", "worse"),
         ("migrate-loop", "patched", "elapsed_s", "within")]
-    report.write(tmp_path, doc)
-    text = (tmp_path / "report.md").read_text()
+    text = written_report(tmp_path, doc)
     assert "2 costs in 2 experiments: 1 worse, 0 better, 1 within the spread." in text
     assert "| swap-loop | elapsed_s | patched | 1.05 [1-1.1] | 1.25 [1.2-1.3] | 1.190 |" in text
     assert "Better:" not in text
@@ -267,8 +270,7 @@ def test_report_judges_each_mechanism_against_itself_switched_off(tmp_path):
     assert [(e, k, sw, m, v) for e, k, sw, m, _, _, v in report.switch_verdicts(doc)] == [
         ("swap-loop", "patched", "unmap_flush", "elapsed_s", "within"),
         ("luf-cost/write", "patched", "luf", "elapsed_s", "worse")]
-    report.write(tmp_path, doc)
-    text = (tmp_path / "report.md").read_text()
+    text = written_report(tmp_path, doc)
     assert "No kernel against vanilla" in text
     assert "2 costs in 2 experiments: 1 worse, 0 better, 1 within the spread." in text
     assert "| luf-cost/write | elapsed_s | patched | luf | 1.05 [1-1.1] | 2.05 [2-2.1] " \
@@ -294,8 +296,7 @@ def test_report_says_when_there_is_no_spread(tmp_path):
                     "kernels": {"vanilla": {"release": "6.12.117"}}, "series": []},
            "experiments": {"swap-loop": {"vanilla": reps([1.0]), "patched": reps([2.0])}},
            "failures": []}
-    report.write(tmp_path, doc)
-    assert "Nothing to judge" in (tmp_path / "report.md").read_text()
+    assert "Nothing to judge" in written_report(tmp_path, doc)
 
 
 def icount_reps(own, elapsed=None):
@@ -339,8 +340,7 @@ def test_vanilla_against_itself_calibrates_the_yardstick(tmp_path):
     assert len(report.baseline_halves(icount_reps([1, 2, 3, 4, 5, 6]))) == 10
     # splits {100,103}|{104,101}, {100,104}|{103,101}, {100,101}|{103,104}
     assert report.self_spread(doc) == {("swap-loop", name): (3, 1, 3)}
-    report.write(tmp_path, doc)
-    text = (tmp_path / "report.md").read_text()
+    text = written_report(tmp_path, doc)
     assert "in 1 experiment, vanilla's repetitions split" in text
     assert "gave 1 of 3 comparisons outside the spread" in text
     assert "| swap-loop | insns/vcpu0_per_op | patched | 102 [100-104] | 140 [139-141] " \
@@ -385,8 +385,7 @@ def test_report_compares_with_the_runs_baseline(tmp_path):
            "failures": []}
     assert [(k, v) for _, k, _, _, _, v in report.spread_verdicts(doc)] == [
         ("patched-distro", "worse")]
-    report.write(tmp_path, doc)
-    text = (tmp_path / "report.md").read_text()
+    text = written_report(tmp_path, doc)
     assert "Each kernel against vanilla-distro, by" in text
     assert ("| metric | vanilla-distro | patched-distro | patched-distro/unmap_flush=0 "
             "| patched-distro/vanilla-distro | patched-distro/unmap_flush=0/vanilla-distro "
@@ -437,11 +436,9 @@ def test_worse_costs_beside_unequal_loads_are_named_in_the_verdict(tmp_path):
                "swap-loop": {"vanilla": icount_reps([100, 101]),
                              "patched": icount_reps([110, 111])}},
            "failures": []}
-    report.write(tmp_path, doc)
-    text = (tmp_path / "report.md").read_text()
+    text = written_report(tmp_path, doc)
     assert ("Not at equal load, so not all the kernel's (the note under each "
             "table says why): luf-cost/fault/cow.") in text
     assert "`luf-cost/fault/paced/cow` compares them at one rate" in text
     doc["experiments"]["luf-cost/fault/cow"]["patched"] = reps([110, 111], 1400)
-    report.write(tmp_path, doc)
-    assert "Not at equal load" not in (tmp_path / "report.md").read_text()
+    assert "Not at equal load" not in written_report(tmp_path, doc)

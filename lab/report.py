@@ -316,8 +316,7 @@ def unequal_load_line(doc, rows):
     """Under a list of worse costs, the experiments among them whose load
     did not read at one rate (load_note()), where part of the cost is the
     load's; [] if none."""
-    named = sorted({r[0] for r in rows
-                    if load_note(r[0], doc["experiments"].get(r[0], {}))},
+    named = sorted({r[0] for r in rows if load_note(r[0], doc["experiments"][r[0]])},
                    key=suite_order)
     if not named:
         return []
@@ -361,7 +360,7 @@ def kernel_lines(doc, verdicts):
                         + (f"{fmt(own[0], m)} |" if own else "- |"))
             lines.append(row)
         lines.append("")
-        if title == "Worse":
+        if rows is worse:
             lines += unequal_load_line(doc, rows)
     return lines
 
@@ -383,7 +382,7 @@ def switch_lines(doc, verdicts):
             lines.append(f"| {e} | {m} | {k} | {sw} | {cell(off, m)} | {cell(on, m)} | "
                          + (f"{on[0] / off[0]:.3f} |" if off[0] else "- |"))
         lines.append("")
-        if title.startswith("Worse"):
+        if rows is worse:
             lines += unequal_load_line(doc, rows)
     return lines
 

@@ -16,6 +16,12 @@
  *   cow       R3: a MAP_PRIVATE, PROT_READ|PROT_WRITE mapping, read-faulted;
  *             main writes new data to the page (a COW fault into a none PTE
  *             installs a writable PTE to a new anonymous copy);
+ *   force     R3: as cow, but PROT_READ only, and main writes through
+ *             /proc/self/mem, as a debugger pokes: a FOLL_FORCE write fault
+ *             into the none PTE, where do_cow_fault() installs the new
+ *             anonymous copy dirty but read-only (no VM_WRITE), and GUP
+ *             writes the data into it through the kernel's mapping: no
+ *             writable PTE ever appears in the mm;
  *   write     R4: the helper process opens the file for writing and
  *             pwrite()s new data over the page;
  *   dio       R4 and R6: as write, but with O_DIRECT: the new data goes
@@ -24,6 +30,10 @@
  *             kernel) only R6's check in invalidate_inode_pages2_range(),
  *             which the direct write calls before it writes, stands in
  *             the way, so this is the mode that tests R6 alone;
+ *   bdev      R4: as write, but the helper writes the file's blocks
+ *             through the block device under its filesystem (FIBMAP
+ *             finds them), opened O_DIRECT after the take-away: nobody
+ *             opens the file, and the file's page cache is not touched;
  *   truncate  R4 and R6: the helper truncates the file below the page
  *             (truncate(2) on the path); the reader must get SIGBUS;
  *   remap     R5 (6.12's flush_tlb_batched_pending()): main maps another
@@ -43,7 +53,13 @@
  *             maps them read-only and clean; after the lazy swap-out the
  *             helper drops its copy and main writes: do_swap_page() now
  *             maps the page writable, its own and no one else's;
- *   anon-reuse  R1, as reuse, for those anonymous pages: the swapped-out
+ *   anon-force  R3, force for anonymous memory: main's own pages
+ *             (not shared), written, swapped out and mprotect()ed to
+ *             PROT_READ, so that the swap-in maps them read-only, clean and
+ *             exclusive; after the lazy swap-out main writes through
+ *             /proc/self/mem: do_swap_page() maps the page read-only (no
+ *             VM_WRITE), do_wp_page() reuses it, and GUP writes it;
+ *   anon-reuse  R1, as reuse, for anon-write's pages: the swapped-out
  *             page is released and the canary fills it;
  *   anon-move R5: anonymous pages of main's own (not shared), made
  *             read-only at swap-in by soft-dirty tracking; after the lazy
@@ -73,6 +89,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <linux/magic.h>
 #include <linux/userfaultfd.h>
 #include <signal.h>
@@ -81,8 +98,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -90,8 +109,9 @@
 #include "unflush.h"
 
 static const char usage[] =
-"usage: luf-hazards cow|write|dio|truncate|remap|reuse|demote|anon-write|\n"
-"                   anon-reuse|anon-move|anon-demote|compact\n"
+"usage: luf-hazards cow|force|write|dio|bdev|truncate|remap|reuse|demote|\n"
+"                   anon-write|anon-force|anon-reuse|anon-move|anon-demote|\n"
+"                   compact\n"
 "                   [--trials N]\n"
 "                   [--pages N] [--dir DIR] [--linger N] [--disable-rules MASK]\n"
 "                   [--keep-going] [--quick]\n"
@@ -107,10 +127,17 @@ static const char usage[] =
 "modes (the rule each attacks):\n"
 "  cow          R3: MAP_PRIVATE, PROT_READ|PROT_WRITE, read-faulted; main\n"
 "               writes new data (COW fault into a none PTE)\n"
+"  force        R3: MAP_PRIVATE, PROT_READ only; main writes new data\n"
+"               through /proc/self/mem (a FOLL_FORCE write fault: the new\n"
+"               copy is mapped dirty but read-only) and reads it back\n"
 "  write        R4: MAP_SHARED, PROT_READ; the helper opens the file for\n"
 "               writing and pwrite()s new data over the pages\n"
 "  dio          R4, R6: as write, with O_DIRECT (no page-cache folio is\n"
 "               dirtied); with R4 off (--disable-rules 4) R6 alone flushes\n"
+"  bdev         R4: MAP_SHARED, PROT_READ; the helper opens the block\n"
+"               device under the file's filesystem (O_DIRECT, after the\n"
+"               take-away; made in /dev if missing) and writes new data\n"
+"               over the file's blocks (FIBMAP), then reads the file back\n"
 "  truncate     R4, R6: MAP_SHARED, PROT_READ; the helper truncates the file\n"
 "               below the pages: the reader must get SIGBUS\n"
 "  remap        R5: MAP_SHARED, PROT_READ; main maps another file at the same\n"
@@ -131,7 +158,12 @@ static const char usage[] =
 "               fork(), read back in (read-only: not exclusive); after the\n"
 "               take-away (a swap-out) the helper unmaps its copy and main\n"
 "               writes new data (the swap-in maps the page writable)\n"
-"  anon-reuse   R1, as reuse, for those anonymous pages\n"
+"  anon-force   R3, force for anonymous memory: main's own pages\n"
+"               (MADV_DONTFORK), written, swapped out, mprotect()ed to\n"
+"               PROT_READ, so that the swap-in maps them read-only and\n"
+"               exclusive; after the take-away main writes new data through\n"
+"               /proc/self/mem and reads it back\n"
+"  anon-reuse   R1, as reuse, for anon-write's pages\n"
 "  anon-move    R5: main's own anonymous pages (MADV_DONTFORK), written,\n"
 "               swapped out, soft-dirty cleared (/proc/self/clear_refs), so\n"
 "               that the swap-in maps them read-only; after the take-away\n"
@@ -224,29 +256,39 @@ struct uffdio_move {
 #endif
 #define NEW_MAGIC	0x4E3E3000ULL	/* high 32 bits of word 0 of new data */
 
-enum mode { COW, WRITE, DIO, TRUNCATE, REMAP, REUSE, DEMOTE, ANON_WRITE,
-	    ANON_REUSE, ANON_MOVE, ANON_DEMOTE, COMPACT };
+enum mode { COW, FORCE, WRITE, DIO, BDEV, TRUNCATE, REMAP, REUSE, DEMOTE,
+	    ANON_WRITE, ANON_FORCE, ANON_REUSE, ANON_MOVE, ANON_DEMOTE,
+	    COMPACT };
 static const struct {
 	const char *rule;
 	enum after_done after;
 } modes[] = {
 	[COW]      = { "R3",    AFTER_NEW },
+	[FORCE]    = { "R3",    AFTER_NEW },
 	[WRITE]    = { "R4",    AFTER_NEW },
 	[DIO]      = { "R4,R6", AFTER_NEW },
+	[BDEV]     = { "R4",    AFTER_NEW },
 	[TRUNCATE] = { "R4,R6", AFTER_SIGBUS },
 	[REMAP]    = { "R5",    AFTER_NEW },
 	[REUSE]    = { "R1",    AFTER_SAME },
 	[DEMOTE]   = { "R1",    AFTER_SAME },
 	[ANON_WRITE] = { "R3",  AFTER_NEW },
+	[ANON_FORCE] = { "R3",  AFTER_NEW },
 	[ANON_REUSE] = { "R1",  AFTER_SAME },
 	[ANON_MOVE]  = { "R5",  AFTER_NEW },
 	[ANON_DEMOTE] = { "R1", AFTER_SAME },
 	[COMPACT]  = { "R1",    AFTER_SAME },
 };
-enum op { OP_TAKE = 1, OP_WRITE, OP_DIO, OP_TRUNCATE, OP_REUSE, OP_DROP };
+enum op { OP_TAKE = 1, OP_WRITE, OP_DIO, OP_BDEV, OP_TRUNCATE, OP_REUSE,
+	  OP_DROP };
 
 static enum mode mode;
 static int lower_node = -1;	/* demote, compact: the CPU-less node */
+static int mem_fd = -1;		/* force modes: /proc/self/mem, read-write */
+/* bdev: the block device under the file's filesystem, its blocks' size */
+static char bdev_path[64], bdev_made[64];
+static int fs_block;
+static int bdev_file_fd = -1;	/* the test file, read-only: FIBMAP, the check */
 
 /* the modes whose helper fills the released pages with a canary */
 static bool canary_mode(void)
@@ -270,8 +312,20 @@ static bool node_mode(void)
 /* the modes whose pages are anonymous, not a file's */
 static bool anon_mode(void)
 {
-	return mode == ANON_WRITE || mode == ANON_REUSE || mode == ANON_MOVE ||
-	       mode == ANON_DEMOTE;
+	return mode == ANON_WRITE || mode == ANON_FORCE || mode == ANON_REUSE ||
+	       mode == ANON_MOVE || mode == ANON_DEMOTE;
+}
+
+/* the modes whose main writes through /proc/self/mem */
+static bool force_mode(void)
+{
+	return mode == FORCE || mode == ANON_FORCE;
+}
+
+/* the modes whose pages are main's own, kept from the helper by fork() */
+static bool own_anon_mode(void)
+{
+	return mode == ANON_FORCE || mode == ANON_MOVE;
 }
 
 /* A file of the lab's data-disk format: page p is p, then the file's tag. */
@@ -340,6 +394,58 @@ static void helper_write(bool direct)
 	close(fd);
 }
 
+/*
+ * bdev: new data over the trial's pages, written to the file's blocks
+ * through the block device its filesystem is on.  The blocks are looked up
+ * first (a page may be several blocks, anywhere on the device); the device
+ * is opened after the take-away and closed at once: the only writer of the
+ * device that is not its filesystem, and only while the trial needs it.
+ * Then the file is read back, buffered: the take-away dropped the pages from
+ * the page cache, so the read goes to the device and must bring the new
+ * data, or the trial would prove nothing.
+ */
+static void helper_bdev_write(void)
+{
+	static uint64_t buf[TRIAL_MAX_PAGES][PAGE_WORDS]
+		__attribute__((aligned(PAGE_SIZE_4K)));
+	static uint64_t back[TRIAL_MAX_PAGES][PAGE_WORDS];
+	static int block[TRIAL_MAX_PAGES * PAGE_SIZE_4K / 512];
+	size_t len = ctl->npages * PAGE_SIZE_4K;
+	int n = len / fs_block, fd;
+
+	for (int i = 0; i < ctl->npages; i++)
+		fill_page(buf[i], ctl->new.index[i], ctl->new.tag);
+	for (int b = 0; b < n; b++) {
+		block[b] = ctl->length / fs_block + b;
+		if (ioctl(bdev_file_fd, FIBMAP, &block[b]) || !block[b]) {
+			helper_fail("FIBMAP of block %lld of %s: %s",
+				    ctl->length / fs_block + b, ctl->path,
+				    block[b] ? strerror(errno) : "a hole");
+			return;
+		}
+	}
+	fd = open(bdev_path, O_WRONLY | O_DIRECT);
+	if (fd < 0) {
+		helper_fail("cannot open %s for writing: %s", bdev_path,
+			    strerror(errno));
+		return;
+	}
+	for (int b = 0; b < n; b++)
+		if (pwrite(fd, (char *)buf + (size_t)b * fs_block, fs_block,
+			   (off_t)block[b] * fs_block) != fs_block) {
+			helper_fail("cannot write block %d of %s: %s",
+				    block[b], bdev_path, strerror(errno));
+			break;
+		}
+	close(fd);
+	if (ctl->error[0])
+		return;
+	if (pread(bdev_file_fd, back, len, ctl->length) != (ssize_t)len ||
+	    memcmp(back, buf, len))
+		helper_fail("%s does not read back the data written over its blocks on %s: the write through the device did not reach the file",
+			    ctl->path, bdev_path);
+}
+
 static void helper_op(int op)
 {
 	switch (op) {
@@ -349,6 +455,9 @@ static void helper_op(int op)
 	case OP_WRITE:
 	case OP_DIO:
 		helper_write(op == OP_DIO);
+		break;
+	case OP_BDEV:
+		helper_bdev_write();
 		break;
 	case OP_TRUNCATE:
 		if (truncate(ctl->path, ctl->length))
@@ -436,6 +545,10 @@ static void make_file(struct testfile *f, char *made_path, const char *dir,
  * (UFFDIO_MOVE takes only exclusive ones): MADV_DONTFORK keeps them from
  * the helper, and once they are in swap, clearing the soft-dirty bits makes
  * the swap-in map them read-only all the same (pte_needs_soft_dirty_wp()).
+ * anon-force's are main's own too (a FOLL_FORCE write must find the page
+ * exclusive to write into it, not copy it), and PROT_READ once they are in
+ * swap: the swap-in of a page in a VMA without VM_WRITE maps it read-only
+ * and clean, exclusive or not.
  */
 static void make_anon(struct run *r)
 {
@@ -460,7 +573,7 @@ static void make_anon(struct run *r)
 			die(1, "mmap of anonymous memory: %s", strerror(errno));
 		/* each trial's read fault swaps in its own pages, no others */
 		madvise((void *)va, len, MADV_RANDOM);
-		if (mode == ANON_MOVE && madvise((void *)va, len, MADV_DONTFORK))
+		if (own_anon_mode() && madvise((void *)va, len, MADV_DONTFORK))
 			die(1, "madvise(MADV_DONTFORK): %s", strerror(errno));
 		for (int i = 0; i < r->npages; i++)
 			fill_page((uint64_t *)(va + i * PAGE_SIZE_4K),
@@ -490,6 +603,10 @@ static void make_anon(struct run *r)
 	if (mode == ANON_MOVE && !write_text(CLEAR_REFS, "4"))
 		die(1, "cannot write 4 to " CLEAR_REFS " (%s): anon-move needs CONFIG_MEM_SOFT_DIRTY",
 		    strerror(errno));
+	for (long k = 0; mode == ANON_FORCE && k < r->slots; k++)
+		if (mprotect((void *)r->anon_va[k], len, PROT_READ))
+			die(1, "mprotect(PROT_READ) of anonymous memory: %s",
+			    strerror(errno));
 }
 
 /*
@@ -696,6 +813,74 @@ static void compact_setup(void)
 	lock_every_other_run(lower_node);
 }
 
+/*
+ * force modes: /proc/self/mem, opened once, before the reader starts; each
+ * trial's write then goes through it with FOLL_FORCE (CONFIG_PROC_MEM's
+ * default, "always")
+ */
+static void force_setup(void)
+{
+	mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+	if (mem_fd < 0)
+		die(1, "cannot open /proc/self/mem to write: %s", strerror(errno));
+}
+
+static void remove_node(void)
+{
+	if (bdev_made[0])
+		unlink(bdev_made);
+}
+
+/*
+ * bdev: the block device under @f's filesystem (its node in /dev, or one
+ * made there and removed at exit), and the filesystem's block size, which
+ * must be a whole number of the device's sectors (O_DIRECT writes each
+ * block alone) and divide a page.
+ */
+static void bdev_setup(const struct testfile *f)
+{
+	struct stat st, node;
+	char uevent[64], line[128], name[32] = "";
+	int fd, sector = 0;
+	FILE *u;
+
+	if (fstat(f->fd, &st))
+		die(1, "fstat %s: %s", f->path, strerror(errno));
+	snprintf(uevent, sizeof(uevent), "/sys/dev/block/%u:%u/uevent",
+		 major(st.st_dev), minor(st.st_dev));
+	u = fopen(uevent, "r");
+	if (!u)
+		die(1, "%s is not on a block device (no %s): bdev needs a disk filesystem",
+		    f->path, uevent);
+	while (fgets(line, sizeof(line), u))
+		sscanf(line, "DEVNAME=%31s", name);
+	fclose(u);
+	snprintf(bdev_path, sizeof(bdev_path), "/dev/%s", name);
+	if (!name[0] || stat(bdev_path, &node) || !S_ISBLK(node.st_mode) ||
+	    node.st_rdev != st.st_dev) {
+		snprintf(bdev_path, sizeof(bdev_path), "/dev/luf-hazards-%d",
+			 (int)getpid());
+		if (mknod(bdev_path, S_IFBLK | 0600, st.st_dev))
+			die(1, "no node of block device %u:%u in /dev, and mknod %s: %s",
+			    major(st.st_dev), minor(st.st_dev), bdev_path,
+			    strerror(errno));
+		snprintf(bdev_made, sizeof(bdev_made), "%s", bdev_path);
+		cleanup_push_fn(remove_node);
+	}
+	if (ioctl(f->fd, FIGETBSZ, &fs_block) || fs_block <= 0)
+		die(1, "ioctl(FIGETBSZ) on %s: %s", f->path, strerror(errno));
+	/* read-only: a writer of the device is what the trials make */
+	fd = open(bdev_path, O_RDONLY);
+	if (fd < 0 || ioctl(fd, BLKSSZGET, &sector) || sector <= 0)
+		die(1, "cannot read the sector size of %s: %s", bdev_path,
+		    strerror(errno));
+	close(fd);
+	if (PAGE_SIZE_4K % fs_block || fs_block % sector)
+		die(1, "the filesystem of %s has %d-byte blocks on %s, whose sectors are %d bytes: bdev needs blocks of at most a page, each a whole number of sectors",
+		    f->path, fs_block, bdev_path, sector);
+	bdev_file_fd = f->fd;
+}
+
 static void set_rules(const char *mask)
 {
 	need_debugfs(DISABLE_RULES);
@@ -713,9 +898,10 @@ static void map_region(struct run *r, uintptr_t va, struct testfile *f,
 	size_t len = r->npages * PAGE_SIZE_4K;
 	bool cow = mode == COW;
 
+	/* force: private (a write copies), but never writable */
 	if (mmap((void *)va, len, PROT_READ | (cow ? PROT_WRITE : 0),
-		 (cow ? MAP_PRIVATE : MAP_SHARED) | MAP_FIXED, f->fd,
-		 region * len) == MAP_FAILED)
+		 (cow || mode == FORCE ? MAP_PRIVATE : MAP_SHARED) | MAP_FIXED,
+		 f->fd, region * len) == MAP_FAILED)
 		die(1, "mmap of %s: %s", f->path, strerror(errno));
 	/* no readahead around faults, neither here nor in the reader */
 	madvise((void *)va, len, MADV_RANDOM);
@@ -745,6 +931,30 @@ static int pages_on_lower_node(uintptr_t va, int npages)
 	return n;
 }
 
+/*
+ * force modes: the new data over the trial's pages through /proc/self/mem,
+ * as a debugger writes to read-only memory; then main reads them back
+ * through its own mapping (its CPU flushed this mm's TLB entries on its way
+ * back from the helper's take-away)
+ */
+static void force_write(struct run *r, uintptr_t va)
+{
+	static uint64_t buf[TRIAL_MAX_PAGES][PAGE_WORDS];
+	size_t len = r->npages * PAGE_SIZE_4K;
+	ssize_t n;
+
+	for (int i = 0; i < r->npages; i++)
+		fill_page(buf[i], ctl->new.index[i], ctl->new.tag);
+	n = pwrite(mem_fd, buf, len, (off_t)va);
+	if (n != (ssize_t)len)
+		die(1, "write of %zu bytes at 0x%lx through /proc/self/mem: %s",
+		    len, (unsigned long)va,
+		    n < 0 ? strerror(errno) : "short write");
+	if (memcmp((const void *)va, buf, len))
+		die(1, "the pages at 0x%lx do not read back what /proc/self/mem wrote there",
+		    (unsigned long)va);
+}
+
 /* After a lazy take-away: make a fresh translation give other bytes. */
 static void hazard(struct run *r, uintptr_t va, long region)
 {
@@ -762,11 +972,18 @@ static void hazard(struct run *r, uintptr_t va, long region)
 			fill_page((uint64_t *)(va + i * PAGE_SIZE_4K),
 				  ctl->new.index[i], ctl->new.tag);
 		break;
+	case FORCE:
+	case ANON_FORCE:
+		force_write(r, va);
+		break;
 	case WRITE:
 		helper_command(OP_WRITE);
 		break;
 	case DIO:
 		helper_command(OP_DIO);
+		break;
+	case BDEV:
+		helper_command(OP_BDEV);
 		break;
 	case TRUNCATE:
 		helper_command(OP_TRUNCATE);
@@ -945,9 +1162,9 @@ static void own_arg(int i, char *value)
 int main(int argc, char **argv)
 {
 	static const char *const names[] = {
-		"cow", "write", "dio", "truncate", "remap", "reuse", "demote",
-		"anon-write", "anon-reuse", "anon-move", "anon-demote",
-		"compact", NULL };
+		"cow", "force", "write", "dio", "bdev", "truncate", "remap",
+		"reuse", "demote", "anon-write", "anon-force", "anon-reuse",
+		"anon-move", "anon-demote", "compact", NULL };
 	static const char *const own[] = { "dir", "disable-rules", NULL };
 	struct attack_args args = {
 		.usage = usage, .modes = names, .own = own, .own_arg = own_arg };
@@ -1052,8 +1269,12 @@ int main(int argc, char **argv)
 		make_file(&r.a, made[0], dir, 'a', r.slots * r.npages);
 		if (mode == REMAP)
 			make_file(&r.b, made[1], dir, 'b', r.slots * r.npages);
+		if (mode == BDEV)
+			bdev_setup(&r.a);
 	}
 	snprintf(ctl->path, sizeof(ctl->path), "%s", r.a.path);
+	if (force_mode())
+		force_setup();
 
 	attack_start(r.npages, false, helper_op);
 	attack_begin(&p);

@@ -9,14 +9,16 @@ them the same way.
 
 from lab import vm
 
-MODES = ("cow", "write", "dio", "truncate", "remap", "reuse", "demote",
-         "anon-write", "anon-reuse", "anon-move", "anon-demote", "compact")
+MODES = ("cow", "force", "write", "dio", "bdev", "truncate", "remap", "reuse",
+         "demote", "anon-write", "anon-force", "anon-reuse", "anon-move",
+         "anon-demote", "compact")
 # modes that need a CPU-less node 1: in a lower memory tier to demote to,
 # or, for compact, a node holding nothing else to compact; the others keep
 # the guest they were measured in
 NODE1_MODES = ("demote", "anon-demote", "compact")
 # modes whose pages are anonymous and go to swap
-SWAP_MODES = ("anon-write", "anon-reuse", "anon-move", "anon-demote")
+SWAP_MODES = ("anon-write", "anon-force", "anon-reuse", "anon-move",
+              "anon-demote")
 # /scratch for runs of a few hundred trials a mode
 SCRATCH = "128M"
 

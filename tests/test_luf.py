@@ -4,14 +4,18 @@ Under LUF, reclaim unmaps a clean, read-only-mapped folio of a file nobody
 has open for writing without a TLB flush: the reader's CPU keeps a stale
 read-only translation to the old page, which is held until a flush.  Each
 mode of luf-hazards takes a page away lazily and then makes a fresh
-translation give other bytes (a COW write, a write through a file opened for
-writing, buffered or direct, a truncation, a new mapping at the address, or
-reuse of the page); the reader must see the change.  demote is reuse with the page taken by
+translation give other bytes (a COW write, by the program or through
+/proc/self/mem into a read-only mapping (force), a write through a file
+opened for writing, buffered or direct, a write to the file's blocks
+through the block device under its filesystem (bdev), a truncation, a new
+mapping at the address, or reuse of the page); the reader must see the
+change.  demote is reuse with the page taken by
 reclaim's demotion to a lower memory tier (its guest has a CPU-less node 1):
 an asynchronous migration, whose lazy source page migrate_folio_done()
-holds.  anon-write, anon-reuse and anon-move do the same to anonymous
-pages, swapped out (their guest has zram swap): a write after the page
-became the writer's own (do_swap_page() maps it writable), reuse, and the
+holds.  anon-write, anon-force, anon-reuse and anon-move do the same to
+anonymous pages, swapped out (their guest has zram swap): a write after the
+page became the writer's own (do_swap_page() maps it writable), a write
+through /proc/self/mem to a page of a read-only mapping, reuse, and the
 swap entry moved away with UFFDIO_MOVE (the address must then read zeroes);
 anon-demote is demote for anonymous pages (node 1 and zram both).
 compact is reuse with the page taken by compaction of node 1, whose other
@@ -45,19 +49,24 @@ TRIALS = 200       # per mode, lazy and undisturbed
 # disable_rules bits (debug kernels): 0 R1, 1 R3, 2 R4, 3 R5 (userfaultfd
 # only), 4 R6
 R1, R3, R4, R5, R6 = (1 << bit for bit in range(5))
-RULES = {"cow": R3, "write": R4, "dio": R4 | R6, "truncate": R4 | R6, "remap": R5,
-         "reuse": R1, "demote": R1, "anon-write": R3, "anon-reuse": R1,
-         "anon-move": R5, "anon-demote": R1, "compact": R1}
+RULES = {"cow": R3, "force": R3, "write": R4, "dio": R4 | R6, "bdev": R4,
+         "truncate": R4 | R6, "remap": R5, "reuse": R1, "demote": R1,
+         "anon-write": R3, "anon-force": R3, "anon-reuse": R1, "anon-move": R5,
+         "anon-demote": R1, "compact": R1}
 
 # the LUF counter of the flush each mode's rule makes (remap's is 6.12's
 # flush_tlb_batched_pending(), which has none)
 RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm",),
+                "force": ("nr_tlb_flush_luf_mm",),
                 "write": ("nr_tlb_flush_luf_file",),
                 "dio": ("nr_tlb_flush_luf_file", "nr_tlb_flush_luf_inval"),
+                # the block device's new writer (R4 extended to devices)
+                "bdev": ("nr_tlb_flush_luf_file",),
                 "truncate": ("nr_tlb_flush_luf_file", "nr_tlb_flush_luf_inval"),
                 "reuse": ("nr_tlb_flush_luf_special",),
                 "demote": ("nr_tlb_flush_luf_special",),
                 "anon-write": ("nr_tlb_flush_luf_mm",),
+                "anon-force": ("nr_tlb_flush_luf_mm",),
                 "anon-reuse": ("nr_tlb_flush_luf_special",),
                 "anon-demote": ("nr_tlb_flush_luf_special",),
                 # compaction's own release, at its end
@@ -68,9 +77,11 @@ RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm",),
 # the canary, or zeroes (foreign) if the reader looked between the
 # allocator's clearing of the page and the canary's fill (seen in CI with
 # demote's one page per trial).
-KIND = {"cow": ("old",), "write": ("old",), "dio": ("old",), "truncate": ("old",),
+KIND = {"cow": ("old",), "force": ("old",), "write": ("old",), "dio": ("old",),
+        "bdev": ("old",), "truncate": ("old",),
         "remap": ("old",), "reuse": ("canary", "foreign"),
         "demote": ("canary", "foreign"), "anon-write": ("old",),
+        "anon-force": ("old",),
         "anon-reuse": ("canary", "foreign"), "anon-move": ("old",),
         "anon-demote": ("canary", "foreign"), "compact": ("canary", "foreign")}
 
@@ -193,6 +204,9 @@ def test_r6_alone_flushes_before_a_direct_write():
 
 # The debug checker's warning when a mode's rule is missing: it must see the
 # stale translation being observed on its own, without the test's reader.
+# force, anon-force and bdev are not here: whether the checker sees their
+# writes (a FOLL_FORCE write through a read-only PTE, a write to the block
+# device) has not been tried.
 CHECKER_WARNS = {"cow": "rule R3 missing", "write": "rule R4 or R6 missing",
                  # a direct write dirties no folio: kiocb_invalidate_pages()'s
                  # check, not the one in __folio_mark_dirty()

@@ -33,7 +33,12 @@
  *   bdev      R4: as write, but the helper writes the file's blocks
  *             through the block device under its filesystem (FIBMAP
  *             finds them), opened O_DIRECT after the take-away: nobody
- *             opens the file, and the file's page cache is not touched;
+ *             opens the file, and the file's page cache is not touched.
+ *             One page a trial: a kernel that flushes at the open lets
+ *             the reader fault the page in again, from the old blocks,
+ *             before the write, and the page cache then keeps the old
+ *             data, which is what the reader must see in that trial (the
+ *             helper reads the file back to know which it is);
  *   truncate  R4 and R6: the helper truncates the file below the page
  *             (truncate(2) on the path); the reader must get SIGBUS;
  *   remap     R5 (6.12's flush_tlb_batched_pending()): main maps another
@@ -137,7 +142,10 @@ static const char usage[] =
 "  bdev         R4: MAP_SHARED, PROT_READ; the helper opens the block\n"
 "               device under the file's filesystem (O_DIRECT, after the\n"
 "               take-away; made in /dev if missing) and writes new data\n"
-"               over the file's blocks (FIBMAP), then reads the file back\n"
+"               over the file's blocks (FIBMAP), then reads the file back:\n"
+"               the new data, or the old where the reader faulted the page\n"
+"               in again before the write (refaulted_trials), which it\n"
+"               must then see\n"
 "  truncate     R4, R6: MAP_SHARED, PROT_READ; the helper truncates the file\n"
 "               below the pages: the reader must get SIGBUS\n"
 "  remap        R5: MAP_SHARED, PROT_READ; main maps another file at the same\n"
@@ -185,8 +193,8 @@ static const char usage[] =
 "               (the anon modes need swap: the lab's --zram SIZE)\n"
 "\n"
 "  --trials N   lazy trials to run (default 1000, --quick 200)\n"
-"  --pages N    pages per trial (default 4, demote, anon-demote and\n"
-"               compact 1;\n"
+"  --pages N    pages per trial (default 4, demote, anon-demote, compact\n"
+"               and bdev 1;\n"
 "               at most 64)\n"
 "  --dir DIR    where to make the files: a disk filesystem (not tmpfs: LUF\n"
 "               acts on clean page cache) the program can write (default\n"
@@ -214,7 +222,8 @@ static const char usage[] =
 "luf_folios, taken_pages, reused_pages, expected_pages (the demote modes: also\n"
 "demoted_pages: demote, pages found on the lower node after the take-away;\n"
 "anon-demote, pages migrated by it, pgmigrate_success; compact:\n"
-"compacted_pages, pages moved and still on the node).\n"
+"compacted_pages, pages moved and still on the node; bdev:\n"
+"refaulted_trials).\n"
 "Exit 0: no violation; 1: violations (result printed), or a precondition\n"
 "failed (no result); 2: usage.\n";
 
@@ -347,6 +356,7 @@ struct run {
 	/* tallies */
 	long done, attempts, missed, disturbed, taken, reused, luf_folios;
 	long demoted;
+	long refaulted;			/* bdev: trials that kept the old data */
 };
 
 static char made[2][sizeof(ctl->path)];
@@ -394,21 +404,73 @@ static void helper_write(bool direct)
 	close(fd);
 }
 
+/* bdev: are all the trial's pages mapped in main's mm again? */
+static bool helper_refaulted(void)
+{
+	static int owner_map = -1;
+	char path[64];
+
+	if (owner_map < 0) {
+		snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)getppid());
+		owner_map = open(path, O_RDONLY);
+	}
+	for (int i = 0; i < ctl->npages; i++) {
+		uint64_t e;
+
+		if (owner_map < 0 ||
+		    !pagemap_try(owner_map, ctl->va + i * PAGE_SIZE_4K, &e) ||
+		    !present_pfn(e))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * bdev: the file read back, buffered, after the write: what a fresh
+ * translation of the trial's pages would map now.  The take-away dropped
+ * them from the page cache, so the read goes to the device and brings the
+ * new data, unless the reader faulted them in again before the write, from
+ * the old blocks: a kernel that flushes at the device's open lets it, and a
+ * write to the device does not update the file's page cache.  Then the
+ * reader must go on reading the old data, and the trial's new data is the
+ * old (main counts those trials).  Anything else: the write did not reach
+ * the file, and the trial would prove nothing.
+ */
+static void helper_bdev_check(uint64_t (*buf)[PAGE_WORDS], size_t len)
+{
+	static uint64_t back[TRIAL_MAX_PAGES][PAGE_WORDS];
+	static uint64_t old[TRIAL_MAX_PAGES][PAGE_WORDS];
+
+	if (pread(bdev_file_fd, back, len, ctl->length) != (ssize_t)len) {
+		helper_fail("cannot read back %s: %s", ctl->path,
+			    strerror(errno));
+		return;
+	}
+	if (!memcmp(back, buf, len))
+		return;
+	for (int i = 0; i < ctl->npages; i++)
+		fill_page(old[i], ctl->old.index[i], ctl->old.tag);
+	if (!memcmp(back, old, len) && helper_refaulted()) {
+		ctl->new = ctl->old;
+		return;
+	}
+	helper_fail("%s does not read back the data written over its blocks on %s%s",
+		    ctl->path, bdev_path, ctl->npages > 1 ?
+		    " (or some of the trial's pages were faulted in again before the write and some after: try --pages 1)" :
+		    ": the write through the device did not reach the file");
+}
+
 /*
  * bdev: new data over the trial's pages, written to the file's blocks
  * through the block device its filesystem is on.  The blocks are looked up
  * first (a page may be several blocks, anywhere on the device); the device
  * is opened after the take-away and closed at once: the only writer of the
  * device that is not its filesystem, and only while the trial needs it.
- * Then the file is read back, buffered: the take-away dropped the pages from
- * the page cache, so the read goes to the device and must bring the new
- * data, or the trial would prove nothing.
  */
 static void helper_bdev_write(void)
 {
 	static uint64_t buf[TRIAL_MAX_PAGES][PAGE_WORDS]
 		__attribute__((aligned(PAGE_SIZE_4K)));
-	static uint64_t back[TRIAL_MAX_PAGES][PAGE_WORDS];
 	static int block[TRIAL_MAX_PAGES * PAGE_SIZE_4K / 512];
 	size_t len = ctl->npages * PAGE_SIZE_4K;
 	int n = len / fs_block, fd;
@@ -438,12 +500,8 @@ static void helper_bdev_write(void)
 			break;
 		}
 	close(fd);
-	if (ctl->error[0])
-		return;
-	if (pread(bdev_file_fd, back, len, ctl->length) != (ssize_t)len ||
-	    memcmp(back, buf, len))
-		helper_fail("%s does not read back the data written over its blocks on %s: the write through the device did not reach the file",
-			    ctl->path, bdev_path);
+	if (!ctl->error[0])
+		helper_bdev_check(buf, len);
 }
 
 static void helper_op(int op)
@@ -1102,6 +1160,10 @@ static void one_trial(struct run *r)
 		long passes;
 
 		hazard(r, va, region);
+		/* bdev: the helper found the old data in the page cache */
+		if (mode == BDEV && !memcmp(&ctl->new, &ctl->old,
+					    sizeof(ctl->new)))
+			r->refaulted++;
 		passes = atomic_load(&ctl->passes);
 		trial_done();
 		/* +1: the pass under way may have begun before "done" */
@@ -1181,9 +1243,12 @@ int main(int argc, char **argv)
 	/*
 	 * demote: a page's first meeting with reclaim only clears its young
 	 * PTE; with more pages, those demoted by one reclaim call have their
-	 * copies reclaimed by the next, which the others need (RECLAIM_ARG)
+	 * copies reclaimed by the next, which the others need (RECLAIM_ARG);
+	 * bdev: the reader may fault some pages in again before the write
+	 * and some after, a mix a trial cannot expect (helper_bdev_check())
 	 */
-	r.npages = args.npages ? args.npages : node_mode() ? 1 : 4;
+	r.npages = args.npages ? args.npages :
+		   node_mode() || mode == BDEV ? 1 : 4;
 	r.linger = args.linger;
 	r.keep_going = args.keep_going;
 	if (!r.trials)
@@ -1324,6 +1389,8 @@ int main(int argc, char **argv)
 		field_int(&checks, "demoted_pages", r.demoted);
 	if (mode == COMPACT)
 		field_int(&checks, "compacted_pages", r.demoted);
+	if (mode == BDEV)
+		field_int(&checks, "refaulted_trials", r.refaulted);
 	attack_switch_checks(&checks);
 	report_result(name, "threads", 0, &p, &extra, &checks);
 	phase_free(&p);

@@ -143,8 +143,8 @@ static const char usage[] =
 "               device under the file's filesystem (O_DIRECT, after the\n"
 "               take-away; made in /dev if missing) and writes new data\n"
 "               over the file's blocks (FIBMAP), then reads the file back:\n"
-"               the new data, or the old where the reader faulted the page\n"
-"               in again before the write (refaulted_trials), which it\n"
+"               the new data, or the old where the page was read in again\n"
+"               before the write (refaulted_trials), which the reader\n"
 "               must then see\n"
 "  truncate     R4, R6: MAP_SHARED, PROT_READ; the helper truncates the file\n"
 "               below the pages: the reader must get SIGBUS\n"
@@ -404,37 +404,17 @@ static void helper_write(bool direct)
 	close(fd);
 }
 
-/* bdev: are all the trial's pages mapped in main's mm again? */
-static bool helper_refaulted(void)
-{
-	static int owner_map = -1;
-	char path[64];
-
-	if (owner_map < 0) {
-		snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)getppid());
-		owner_map = open(path, O_RDONLY);
-	}
-	for (int i = 0; i < ctl->npages; i++) {
-		uint64_t e;
-
-		if (owner_map < 0 ||
-		    !pagemap_try(owner_map, ctl->va + i * PAGE_SIZE_4K, &e) ||
-		    !present_pfn(e))
-			return false;
-	}
-	return true;
-}
-
 /*
  * bdev: the file read back, buffered, after the write: what a fresh
  * translation of the trial's pages would map now.  The take-away dropped
  * them from the page cache, so the read goes to the device and brings the
- * new data, unless the reader faulted them in again before the write, from
- * the old blocks: a kernel that flushes at the device's open lets it, and a
- * write to the device does not update the file's page cache.  Then the
- * reader must go on reading the old data, and the trial's new data is the
- * old (main counts those trials).  Anything else: the write did not reach
- * the file, and the trial would prove nothing.
+ * new data, unless the page was read in again before the write, from the
+ * old blocks: by the reader's fault (a kernel that flushes at the device's
+ * open lets it) or by the readahead of a neighbour's fault; a write to the
+ * device does not update the file's page cache.  Then the old data is what
+ * a fresh translation gives, the reader must go on reading it, and the
+ * trial's new data is the old (main counts those trials).  Anything else:
+ * the write did not reach the file, and the trial would prove nothing.
  */
 static void helper_bdev_check(uint64_t (*buf)[PAGE_WORDS], size_t len)
 {
@@ -450,7 +430,7 @@ static void helper_bdev_check(uint64_t (*buf)[PAGE_WORDS], size_t len)
 		return;
 	for (int i = 0; i < ctl->npages; i++)
 		fill_page(old[i], ctl->old.index[i], ctl->old.tag);
-	if (!memcmp(back, old, len) && helper_refaulted()) {
+	if (!memcmp(back, old, len)) {
 		ctl->new = ctl->old;
 		return;
 	}

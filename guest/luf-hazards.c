@@ -39,6 +39,17 @@
  *             before the write, and the page cache then keeps the old
  *             data, which is what the reader must see in that trial (the
  *             helper reads the file back to know which it is);
+ *   bdev-closed  R4 too: the helper writes the blocks through the device
+ *             before the take-away, while the page is cached and mapped,
+ *             and closes it; the take-away then drops the page with its
+ *             old bytes, and a read brings the new ones.  A device that
+ *             had a writer since its mount keeps its files from being made
+ *             lazy, so on a correct kernel the take-away flushes: the
+ *             trial counts as refused (nr_tlb_luf_fallback_file), and the
+ *             reader must see the new bytes all the same.  Both bdev modes
+ *             mount the filesystem again after each trial (and once before
+ *             the first), so that each trial begins on a device unwritten
+ *             since its mount;
  *   truncate  R4 and R6: the helper truncates the file below the page
  *             (truncate(2) on the path); the reader must get SIGBUS;
  *   remap     R5 (6.12's flush_tlb_batched_pending()): main maps another
@@ -101,7 +112,9 @@
 #include <sys/ioctl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <mntent.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -114,9 +127,9 @@
 #include "unflush.h"
 
 static const char usage[] =
-"usage: luf-hazards cow|force|write|dio|bdev|truncate|remap|reuse|demote|\n"
-"                   anon-write|anon-force|anon-reuse|anon-move|anon-demote|\n"
-"                   compact\n"
+"usage: luf-hazards cow|force|write|dio|bdev|bdev-closed|truncate|remap|\n"
+"                   reuse|demote|anon-write|anon-force|anon-reuse|anon-move|\n"
+"                   anon-demote|compact\n"
 "                   [--trials N]\n"
 "                   [--pages N] [--dir DIR] [--linger N] [--disable-rules MASK]\n"
 "                   [--keep-going] [--quick]\n"
@@ -146,6 +159,13 @@ static const char usage[] =
 "               the new data, or the old where the page was read in again\n"
 "               before the write (refaulted_trials), which the reader\n"
 "               must then see\n"
+"  bdev-closed  R4: as bdev, but the helper writes the blocks before the\n"
+"               take-away, while the page is cached, and closes the device;\n"
+"               a correct kernel then does not make the page lazy (trials\n"
+"               count as refused_trials) and the reader must see the new\n"
+"               data the file reads back.  Both bdev modes unmount and\n"
+"               mount the filesystem of --dir again before the first trial\n"
+"               and after each one (nothing else may be using it)\n"
 "  truncate     R4, R6: MAP_SHARED, PROT_READ; the helper truncates the file\n"
 "               below the pages: the reader must get SIGBUS\n"
 "  remap        R5: MAP_SHARED, PROT_READ; main maps another file at the same\n"
@@ -194,7 +214,7 @@ static const char usage[] =
 "\n"
 "  --trials N   lazy trials to run (default 1000, --quick 200)\n"
 "  --pages N    pages per trial (default 4, demote, anon-demote, compact\n"
-"               and bdev 1;\n"
+"               and the bdev modes 1;\n"
 "               at most 64)\n"
 "  --dir DIR    where to make the files: a disk filesystem (not tmpfs: LUF\n"
 "               acts on clean page cache) the program can write (default\n"
@@ -222,8 +242,8 @@ static const char usage[] =
 "luf_folios, taken_pages, reused_pages, expected_pages (the demote modes: also\n"
 "demoted_pages: demote, pages found on the lower node after the take-away;\n"
 "anon-demote, pages migrated by it, pgmigrate_success; compact:\n"
-"compacted_pages, pages moved and still on the node; bdev:\n"
-"refaulted_trials).\n"
+"compacted_pages, pages moved and still on the node; the bdev modes:\n"
+"refaulted_trials; bdev-closed: refused_trials, counted in trials).\n"
 "Exit 0: no violation; 1: violations (result printed), or a precondition\n"
 "failed (no result); 2: usage.\n";
 
@@ -265,9 +285,9 @@ struct uffdio_move {
 #endif
 #define NEW_MAGIC	0x4E3E3000ULL	/* high 32 bits of word 0 of new data */
 
-enum mode { COW, FORCE, WRITE, DIO, BDEV, TRUNCATE, REMAP, REUSE, DEMOTE,
-	    ANON_WRITE, ANON_FORCE, ANON_REUSE, ANON_MOVE, ANON_DEMOTE,
-	    COMPACT };
+enum mode { COW, FORCE, WRITE, DIO, BDEV, BDEV_CLOSED, TRUNCATE, REMAP,
+	    REUSE, DEMOTE, ANON_WRITE, ANON_FORCE, ANON_REUSE, ANON_MOVE,
+	    ANON_DEMOTE, COMPACT };
 static const struct {
 	const char *rule;
 	enum after_done after;
@@ -277,6 +297,7 @@ static const struct {
 	[WRITE]    = { "R4",    AFTER_NEW },
 	[DIO]      = { "R4,R6", AFTER_NEW },
 	[BDEV]     = { "R4",    AFTER_NEW },
+	[BDEV_CLOSED] = { "R4", AFTER_NEW },
 	[TRUNCATE] = { "R4,R6", AFTER_SIGBUS },
 	[REMAP]    = { "R5",    AFTER_NEW },
 	[REUSE]    = { "R1",    AFTER_SAME },
@@ -288,16 +309,15 @@ static const struct {
 	[ANON_DEMOTE] = { "R1", AFTER_SAME },
 	[COMPACT]  = { "R1",    AFTER_SAME },
 };
-enum op { OP_TAKE = 1, OP_WRITE, OP_DIO, OP_BDEV, OP_TRUNCATE, OP_REUSE,
-	  OP_DROP };
+enum op { OP_TAKE = 1, OP_WRITE, OP_DIO, OP_BDEV, OP_BDEV_WRITE,
+	  OP_BDEV_CHECK, OP_TRUNCATE, OP_REUSE, OP_DROP };
 
 static enum mode mode;
 static int lower_node = -1;	/* demote, compact: the CPU-less node */
 static int mem_fd = -1;		/* force modes: /proc/self/mem, read-write */
 /* bdev: the block device under the file's filesystem, its blocks' size */
-static char bdev_path[64], bdev_made[64];
+static char bdev_path[64], bdev_made[64], fs_type[32];
 static int fs_block;
-static int bdev_file_fd = -1;	/* the test file, read-only: FIBMAP, the check */
 
 /* the modes whose helper fills the released pages with a canary */
 static bool canary_mode(void)
@@ -331,6 +351,12 @@ static bool force_mode(void)
 	return mode == FORCE || mode == ANON_FORCE;
 }
 
+/* the modes that write the file's blocks through its block device */
+static bool bdev_mode(void)
+{
+	return mode == BDEV || mode == BDEV_CLOSED;
+}
+
 /* the modes whose pages are main's own, kept from the helper by fork() */
 static bool own_anon_mode(void)
 {
@@ -357,6 +383,7 @@ struct run {
 	long done, attempts, missed, disturbed, taken, reused, luf_folios;
 	long demoted;
 	long refaulted;			/* bdev: trials that kept the old data */
+	long refused;			/* bdev-closed: trials not made lazy */
 };
 
 static char made[2][sizeof(ctl->path)];
@@ -405,32 +432,58 @@ static void helper_write(bool direct)
 }
 
 /*
- * bdev: the file read back, buffered, after the write: what a fresh
- * translation of the trial's pages would map now.  The take-away dropped
- * them from the page cache, so the read goes to the device and brings the
- * new data, unless the page was read in again before the write, from the
- * old blocks: by the reader's fault (a kernel that flushes at the device's
- * open lets it) or by the readahead of a neighbour's fault; a write to the
- * device does not update the file's page cache.  Then the old data is what
- * a fresh translation gives, the reader must go on reading it, and the
- * trial's new data is the old (main counts those trials).  Anything else:
- * the write did not reach the file, and the trial would prove nothing.
+ * The bdev modes: the helper's own descriptor of the test file, opened for
+ * each command and closed after it, as main unmounts the filesystem after
+ * each trial.  No readahead: the read-back is of the trial's pages alone.
  */
-static void helper_bdev_check(uint64_t (*buf)[PAGE_WORDS], size_t len)
+static int helper_open_file(void)
+{
+	int fd = open(ctl->path, O_RDONLY);
+
+	if (fd < 0)
+		helper_fail("cannot open %s: %s", ctl->path, strerror(errno));
+	else
+		posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+	return fd;
+}
+
+/*
+ * The bdev modes: the file read back, buffered, after the write and the
+ * take-away: what a fresh translation of the trial's pages would map now.
+ * The take-away dropped them from the page cache, so the read goes to the
+ * device and brings the new data, unless the page was read in again after
+ * the take-away and before the write, from the old blocks: by the reader's
+ * fault (a kernel that flushes at the device's open lets it) or by the
+ * readahead of a neighbour's fault; a write to the device does not update
+ * the file's page cache.  Then the old data is what a fresh translation
+ * gives, the reader must go on reading it, and the trial's new data is the
+ * old (main counts those trials).  Anything else: the write did not reach
+ * the file, and the trial would prove nothing.
+ */
+static void helper_bdev_check(void)
 {
 	static uint64_t back[TRIAL_MAX_PAGES][PAGE_WORDS];
-	static uint64_t old[TRIAL_MAX_PAGES][PAGE_WORDS];
+	static uint64_t want[TRIAL_MAX_PAGES][PAGE_WORDS];
+	size_t len = ctl->npages * PAGE_SIZE_4K;
+	int fd = helper_open_file();
+	ssize_t n;
 
-	if (pread(bdev_file_fd, back, len, ctl->length) != (ssize_t)len) {
+	if (fd < 0)
+		return;
+	n = pread(fd, back, len, ctl->length);
+	close(fd);
+	if (n != (ssize_t)len) {
 		helper_fail("cannot read back %s: %s", ctl->path,
-			    strerror(errno));
+			    n < 0 ? strerror(errno) : "short read");
 		return;
 	}
-	if (!memcmp(back, buf, len))
+	for (int i = 0; i < ctl->npages; i++)
+		fill_page(want[i], ctl->new.index[i], ctl->new.tag);
+	if (!memcmp(back, want, len))
 		return;
 	for (int i = 0; i < ctl->npages; i++)
-		fill_page(old[i], ctl->old.index[i], ctl->old.tag);
-	if (!memcmp(back, old, len)) {
+		fill_page(want[i], ctl->old.index[i], ctl->old.tag);
+	if (!memcmp(back, want, len)) {
 		ctl->new = ctl->old;
 		return;
 	}
@@ -441,11 +494,12 @@ static void helper_bdev_check(uint64_t (*buf)[PAGE_WORDS], size_t len)
 }
 
 /*
- * bdev: new data over the trial's pages, written to the file's blocks
- * through the block device its filesystem is on.  The blocks are looked up
- * first (a page may be several blocks, anywhere on the device); the device
- * is opened after the take-away and closed at once: the only writer of the
- * device that is not its filesystem, and only while the trial needs it.
+ * The bdev modes: new data over the trial's pages, written to the file's
+ * blocks through the block device its filesystem is on.  The blocks are
+ * looked up first (a page may be several blocks, anywhere on the device);
+ * the device is opened for the write and closed at once: the only writer
+ * of the device that is not its filesystem, and only while the trial
+ * needs it.
  */
 static void helper_bdev_write(void)
 {
@@ -453,19 +507,23 @@ static void helper_bdev_write(void)
 		__attribute__((aligned(PAGE_SIZE_4K)));
 	static int block[TRIAL_MAX_PAGES * PAGE_SIZE_4K / 512];
 	size_t len = ctl->npages * PAGE_SIZE_4K;
-	int n = len / fs_block, fd;
+	int n = len / fs_block, fd = helper_open_file();
 
+	if (fd < 0)
+		return;
 	for (int i = 0; i < ctl->npages; i++)
 		fill_page(buf[i], ctl->new.index[i], ctl->new.tag);
 	for (int b = 0; b < n; b++) {
 		block[b] = ctl->length / fs_block + b;
-		if (ioctl(bdev_file_fd, FIBMAP, &block[b]) || !block[b]) {
+		if (ioctl(fd, FIBMAP, &block[b]) || !block[b]) {
 			helper_fail("FIBMAP of block %lld of %s: %s",
 				    ctl->length / fs_block + b, ctl->path,
 				    block[b] ? strerror(errno) : "a hole");
+			close(fd);
 			return;
 		}
 	}
+	close(fd);
 	fd = open(bdev_path, O_WRONLY | O_DIRECT);
 	if (fd < 0) {
 		helper_fail("cannot open %s for writing: %s", bdev_path,
@@ -480,8 +538,6 @@ static void helper_bdev_write(void)
 			break;
 		}
 	close(fd);
-	if (!ctl->error[0])
-		helper_bdev_check(buf, len);
 }
 
 static void helper_op(int op)
@@ -494,8 +550,16 @@ static void helper_op(int op)
 	case OP_DIO:
 		helper_write(op == OP_DIO);
 		break;
-	case OP_BDEV:
+	case OP_BDEV:		/* bdev: after the take-away */
 		helper_bdev_write();
+		if (!ctl->error[0])
+			helper_bdev_check();
+		break;
+	case OP_BDEV_WRITE:	/* bdev-closed: before it */
+		helper_bdev_write();
+		break;
+	case OP_BDEV_CHECK:	/* bdev-closed: after it */
+		helper_bdev_check();
 		break;
 	case OP_TRUNCATE:
 		if (truncate(ctl->path, ctl->length))
@@ -875,6 +939,25 @@ static void remove_node(void)
  * must be a whole number of the device's sectors (O_DIRECT writes each
  * block alone) and divide a page.
  */
+static const char *dir = "/scratch";
+
+/* The bdev modes: the type of the filesystem mounted at --dir. */
+static void mount_type(char *type, size_t size)
+{
+	FILE *m = setmntent("/proc/self/mounts", "r");
+	struct mntent *e;
+
+	type[0] = 0;
+	while (m && (e = getmntent(m)))
+		if (!strcmp(e->mnt_dir, dir))
+			snprintf(type, size, "%s", e->mnt_type);
+	if (m)
+		endmntent(m);
+	if (!type[0])
+		die(1, "%s is not a mount point (/proc/self/mounts): the bdev modes mount it again after each trial; give --dir the root of a disk filesystem",
+		    dir);
+}
+
 static void bdev_setup(const struct testfile *f)
 {
 	struct stat st, node;
@@ -916,7 +999,30 @@ static void bdev_setup(const struct testfile *f)
 	if (PAGE_SIZE_4K % fs_block || fs_block % sector)
 		die(1, "the filesystem of %s has %d-byte blocks on %s, whose sectors are %d bytes: bdev needs blocks of at most a page, each a whole number of sectors",
 		    f->path, fs_block, bdev_path, sector);
-	bdev_file_fd = f->fd;
+	mount_type(fs_type, sizeof(fs_type));
+}
+
+/*
+ * The bdev modes: unmount the filesystem of --dir and mount it again, so
+ * that its device has had no writer since the mount (LUF's R4 makes no
+ * page of a file lazy on a device that has).  Nothing may hold it: each
+ * trial's mapping is gone, and the helper holds no descriptor of the file.
+ */
+static void remount(struct testfile *f)
+{
+	if (f->fd >= 0)
+		close(f->fd);
+	if (umount(dir))
+		die(1, "cannot unmount %s to mount it again (the bdev modes do after each trial): %s; is something else using it?",
+		    dir, strerror(errno));
+	if (mount(bdev_path, dir, fs_type, 0, NULL))
+		die(1, "cannot mount %s (%s) on %s again: %s", bdev_path,
+		    fs_type, dir, strerror(errno));
+	f->fd = open(f->path, O_RDONLY);
+	if (f->fd < 0)
+		die(1, "cannot open %s after mounting %s again: %s", f->path,
+		    dir, strerror(errno));
+	posix_fadvise(f->fd, 0, 0, POSIX_FADV_RANDOM);
 }
 
 static void set_rules(const char *mask)
@@ -996,7 +1102,6 @@ static void force_write(struct run *r, uintptr_t va)
 /* After a lazy take-away: make a fresh translation give other bytes. */
 static void hazard(struct run *r, uintptr_t va, long region)
 {
-	ctl->length = region * r->npages * PAGE_SIZE_4K;
 	switch (mode) {
 	case ANON_WRITE:
 		/*
@@ -1022,6 +1127,9 @@ static void hazard(struct run *r, uintptr_t va, long region)
 		break;
 	case BDEV:
 		helper_command(OP_BDEV);
+		break;
+	case BDEV_CLOSED:
+		helper_command(OP_BDEV_CHECK);
 		break;
 	case TRUNCATE:
 		helper_command(OP_TRUNCATE);
@@ -1061,10 +1169,11 @@ static void one_trial(struct run *r)
 		(uintptr_t)fresh_va(&r->va, r->npages * PAGE_SIZE_4K,
 				    PAGE_SIZE_4K, t);
 	struct timespec settle = { 0, 20 * 1000 * 1000 };
-	long long luf0, luf1, mig0 = 0, preempted;
-	bool lazy, disturbed;
+	long long luf0, luf1, mig0 = 0, refused0 = 0, preempted;
+	bool lazy, disturbed, refused = false;
 	int demoted;
 
+	ctl->length = region * r->npages * PAGE_SIZE_4K;
 	file_image(&ctl->old, &r->a, region, r->npages);
 	if (mode == REMAP) {
 		file_image(&ctl->new, &r->b, region, r->npages);
@@ -1086,6 +1195,9 @@ static void one_trial(struct run *r)
 	trial_fault_in(va, r->npages, t);
 	if (mode == COMPACT)
 		bind_memory(-1);
+	/* the page is cached and mapped: the device's new blocks stay under it */
+	if (mode == BDEV_CLOSED)
+		helper_command(OP_BDEV_WRITE);
 	trial_start(va, r->npages, t, modes[mode].after);
 
 	/*
@@ -1106,9 +1218,16 @@ static void one_trial(struct run *r)
 	luf0 = vmstat_value("nr_tlb_luf_folios");
 	if (mode == ANON_DEMOTE)
 		mig0 = vmstat_value("pgmigrate_success");
+	if (mode == BDEV_CLOSED)
+		refused0 = vmstat_value("nr_tlb_luf_fallback_file");
 	helper_command(canary_mode() ? OP_REUSE : OP_TAKE);
 	luf1 = vmstat_value("nr_tlb_luf_folios");
 	lazy = ctl->taken == r->npages && luf1 - luf0 >= r->npages;
+	/* bdev-closed: the kernel would not defer, and flushed */
+	if (mode == BDEV_CLOSED)
+		refused = ctl->taken == r->npages &&
+			  vmstat_value("nr_tlb_luf_fallback_file") - refused0 >=
+			  r->npages;
 	disturbed = reader_preemptions() != preempted;
 	/* a page reclaimed, not demoted, would prove another path */
 	if (mode == DEMOTE) {
@@ -1136,13 +1255,13 @@ static void one_trial(struct run *r)
 	r->taken += ctl->taken;
 	r->reused += ctl->reused;
 
-	if (lazy && !canary_mode()) {
+	if ((lazy || refused) && !canary_mode()) {
 		long passes;
 
 		hazard(r, va, region);
 		/* bdev: the helper found the old data in the page cache */
-		if (mode == BDEV && !memcmp(&ctl->new, &ctl->old,
-					    sizeof(ctl->new)))
+		if (bdev_mode() && !memcmp(&ctl->new, &ctl->old,
+					   sizeof(ctl->new)))
 			r->refaulted++;
 		passes = atomic_load(&ctl->passes);
 		trial_done();
@@ -1153,12 +1272,17 @@ static void one_trial(struct run *r)
 		wait_reader(t, atomic_load(&ctl->passes) + r->linger,
 			    "finish reading after the take-away");
 	}
-	if (!lazy)
-		r->missed++;
-	else if (disturbed)
-		r->disturbed++;
-	else
+	if (refused && !lazy) {
+		/* flushed: what the reader's CPU ran since cannot matter */
+		r->refused++;
 		r->done++;
+	} else if (!lazy) {
+		r->missed++;
+	} else if (disturbed) {
+		r->disturbed++;
+	} else {
+		r->done++;
+	}
 	trial_stop();
 	/*
 	 * anon-demote: the helper's copy (a swap entry) would keep the page in
@@ -1176,9 +1300,20 @@ static void one_trial(struct run *r)
 		posix_fadvise(r->a.fd, region * r->npages * PAGE_SIZE_4K,
 			      r->npages * PAGE_SIZE_4K, POSIX_FADV_DONTNEED);
 	}
+	/*
+	 * the bdev modes: the device was written; the next trial begins on
+	 * a fresh mount (the address stays reserved, PROT_NONE)
+	 */
+	if (bdev_mode()) {
+		if (mmap((void *)va, r->npages * PAGE_SIZE_4K, PROT_NONE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+			 -1, 0) == MAP_FAILED)
+			die(1, "cannot unmap the trial's pages: %s",
+			    strerror(errno));
+		remount(&r->a);
+	}
 }
 
-static const char *dir = "/scratch";
 static char mask[32];
 
 /* --dir DIR, --disable-rules MASK */
@@ -1204,8 +1339,8 @@ static void own_arg(int i, char *value)
 int main(int argc, char **argv)
 {
 	static const char *const names[] = {
-		"cow", "force", "write", "dio", "bdev", "truncate", "remap",
-		"reuse", "demote", "anon-write", "anon-force", "anon-reuse",
+		"cow", "force", "write", "dio", "bdev", "bdev-closed",
+		"truncate", "remap", "reuse", "demote", "anon-write", "anon-force", "anon-reuse",
 		"anon-move", "anon-demote", "compact", NULL };
 	static const char *const own[] = { "dir", "disable-rules", NULL };
 	struct attack_args args = {
@@ -1228,7 +1363,7 @@ int main(int argc, char **argv)
 	 * and some after, a mix a trial cannot expect (helper_bdev_check())
 	 */
 	r.npages = args.npages ? args.npages :
-		   node_mode() || mode == BDEV ? 1 : 4;
+		   node_mode() || bdev_mode() ? 1 : 4;
 	r.linger = args.linger;
 	r.keep_going = args.keep_going;
 	if (!r.trials)
@@ -1314,14 +1449,24 @@ int main(int argc, char **argv)
 		make_file(&r.a, made[0], dir, 'a', r.slots * r.npages);
 		if (mode == REMAP)
 			make_file(&r.b, made[1], dir, 'b', r.slots * r.npages);
-		if (mode == BDEV)
+		if (bdev_mode())
 			bdev_setup(&r.a);
 	}
 	snprintf(ctl->path, sizeof(ctl->path), "%s", r.a.path);
 	if (force_mode())
 		force_setup();
 
+	/*
+	 * the bdev modes: the helper must not inherit the file (it opens it
+	 * for each command), and the first trial begins on a fresh mount
+	 */
+	if (bdev_mode())
+		close(r.a.fd);
 	attack_start(r.npages, false, helper_op);
+	if (bdev_mode()) {
+		r.a.fd = -1;
+		remount(&r.a);
+	}
 	attack_begin(&p);
 	while (r.done < r.trials) {
 		one_trial(&r);
@@ -1369,8 +1514,10 @@ int main(int argc, char **argv)
 		field_int(&checks, "demoted_pages", r.demoted);
 	if (mode == COMPACT)
 		field_int(&checks, "compacted_pages", r.demoted);
-	if (mode == BDEV)
+	if (bdev_mode())
 		field_int(&checks, "refaulted_trials", r.refaulted);
+	if (mode == BDEV_CLOSED)
+		field_int(&checks, "refused_trials", r.refused);
 	attack_switch_checks(&checks);
 	report_result(name, "threads", 0, &p, &extra, &checks);
 	phase_free(&p);

@@ -9,8 +9,8 @@ them the same way.
 
 from lab import vm
 
-MODES = ("cow", "force", "write", "dio", "bdev", "truncate", "remap", "reuse",
-         "demote", "anon-write", "anon-force", "anon-reuse", "anon-move",
+MODES = ("cow", "force", "write", "dio", "bdev", "bdev-closed", "truncate",
+         "remap", "reuse", "demote", "anon-write", "anon-force", "anon-reuse", "anon-move",
          "anon-demote", "compact")
 # modes that need a CPU-less node 1: in a lower memory tier to demote to,
 # or, for compact, a node holding nothing else to compact; the others keep

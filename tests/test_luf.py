@@ -9,7 +9,10 @@ translation give other bytes (a COW write, by the program or through
 opened for writing, buffered or direct, a write to the file's blocks
 through the block device under its filesystem (bdev), a truncation, a new
 mapping at the address, or reuse of the page); the reader must see the
-change.  demote is reuse with the page taken by
+change.  bdev-closed writes the blocks before the take-away, while the page
+is cached, and closes the device: a correct kernel refuses to make the page
+lazy (a device written since its mount), so its trials are refused, not
+lazy, and the reader must see the new bytes all the same.  demote is reuse with the page taken by
 reclaim's demotion to a lower memory tier (its guest has a CPU-less node 1):
 an asynchronous migration, whose lazy source page migrate_folio_done()
 holds.  anon-write, anon-force, anon-reuse and anon-move do the same to
@@ -50,6 +53,7 @@ TRIALS = 200       # per mode, lazy and undisturbed
 # only), 4 R6
 R1, R3, R4, R5, R6 = (1 << bit for bit in range(5))
 RULES = {"cow": R3, "force": R3, "write": R4, "dio": R4 | R6, "bdev": R4,
+         "bdev-closed": R4,
          "truncate": R4 | R6, "remap": R5, "reuse": R1, "demote": R1,
          "anon-write": R3, "anon-force": R3, "anon-reuse": R1, "anon-move": R5,
          "anon-demote": R1, "compact": R1}
@@ -78,7 +82,7 @@ RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm",),
 # allocator's clearing of the page and the canary's fill (seen in CI with
 # demote's one page per trial).
 KIND = {"cow": ("old",), "force": ("old",), "write": ("old",), "dio": ("old",),
-        "bdev": ("old",), "truncate": ("old",),
+        "bdev": ("old",), "bdev-closed": ("old",), "truncate": ("old",),
         "remap": ("old",), "reuse": ("canary", "foreign"),
         "demote": ("canary", "foreign"), "anon-write": ("old",),
         "anon-force": ("old",),
@@ -119,6 +123,13 @@ def test_every_mode_passes_with_lazy_trials(modes):
         assert rec["trials"] == TRIALS, rec
         assert rec["violations"] == 0 and rec["bad_reads"] == 0, rec
         assert rec["disable_rules"] == 0, rec
+        if mode == "bdev-closed":
+            # the device had a writer since its mount: no page of its files
+            # was made lazy, each refused for its file
+            assert checks["refused_trials"] == TRIALS, checks
+            assert checks["lazy_trials"] == 0, checks
+            assert counters["nr_tlb_luf_fallback_file"] >= pages, counters
+            continue
         # the trials were lazy: every page of every counted trial was taken
         # away without a flush
         assert counters["nr_tlb_luf_folios"] >= pages, counters

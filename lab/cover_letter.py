@@ -52,21 +52,31 @@ def parse(text):
             if m:
                 count, subject = int(m.group(1)), m.group(2)
     lines = body.splitlines()
-    start = next((i for i, line in enumerate(lines)
-                  if (m := _SHORTLOG.fullmatch(line)) and int(m.group(1)) == count),
-                 None)
-    if start is None:
-        return subject, None, count, None
-    blurb = "\n".join(lines[:start]).strip("\n")
-    listed = []
-    for line in lines[start + 1:]:
-        if not line.strip():
-            break
-        if line.startswith("    ") and listed:  # git wraps a long subject
-            listed[-1] += " " + line.strip()
-        else:
-            listed.append(line.strip())
-    return subject, blurb, count, listed
+    for start, line in enumerate(lines):
+        listed = _shortlog(lines, start)
+        if listed is not None and len(listed) == count:
+            return subject, "\n".join(lines[:start]).strip("\n"), count, listed
+    return subject, None, count, None
+
+
+def _shortlog(lines, start):
+    """The subjects of git's shortlog beginning at @lines[start]: one group
+    per author ("Name (N):", its N subjects indented, a blank line after),
+    or None if no group begins there."""
+    listed, i = [], start
+    while i < len(lines) and (m := _SHORTLOG.fullmatch(lines[i])):
+        group, i = [], i + 1
+        while i < len(lines) and lines[i].strip():
+            if lines[i].startswith("    ") and group:  # git wraps a long subject
+                group[-1] += " " + lines[i].strip()
+            else:
+                group.append(lines[i].strip())
+            i += 1
+        if len(group) != int(m.group(1)):
+            return None
+        listed += group
+        i += 1  # the blank line after the group
+    return listed if listed else None
 
 
 def read():

@@ -230,6 +230,11 @@ def export():
         raise LabError(f"{tree} has uncommitted changes: commit them before exporting")
     # the cover letter's subject and text are the only hand-written part
     kept = cover_letter.read()
+    if kept is None and cover_letter.path().is_file() and \
+            cover_letter.SUBJECT_HOLE not in cover_letter.path().read_text():
+        raise LabError(f"cannot find the subject and text of {cover_letter.path()} "
+                       f"above git's shortlog: mend it, or remove it for git's "
+                       f"template")
     for old in series_files():
         old.unlink()
     for stray in paths.PATCHES.glob("*.patch"):

@@ -142,6 +142,26 @@ def test_export_keeps_the_cover_letter_text_and_renews_its_shortlog(lab_env):
     assert cover.read_bytes() == before
 
 
+def test_export_keeps_the_cover_letter_of_a_series_by_two_authors(lab_env):
+    """A commit by another author splits git's shortlog in two groups: the
+    cover letter's text must still be found and kept, export after
+    export."""
+    t = tree.ensure_patched()
+    (t / "mm" / "hello.c").write_text("int hello = 3;\n")
+    tree.git(t, "commit", "-qam", "mm: three")
+    tree.export()
+    cover = lab_env / cover_letter.NAME
+    text = cover.read_text().replace("*** SUBJECT HERE ***", "mm: count")
+    cover.write_text(text.replace("*** BLURB HERE ***", "Why."))
+    (t / "mm" / "hello.c").write_text("int hello = 4;\n")
+    tree.git(t, "-c", "user.name=Someone Else", "commit", "-qam", "mm: four")
+    tree.export()
+    tree.export()
+    subject, blurb, count, listed = cover_letter.parse(cover.read_text())
+    assert (subject, blurb, count) == ("mm: count", "Why.", 2)
+    assert listed == ["mm: four", "mm: three"] or listed == ["mm: three", "mm: four"]
+
+
 def test_uncommitted_changes_are_not_discarded(lab_env):
     t = tree.ensure_patched()
     write_series(lab_env, **{"0001-hello.patch": PATCH_OK})

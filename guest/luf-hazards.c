@@ -1504,7 +1504,7 @@ int main(int argc, char **argv)
 	field_int(&extra, "sigbus_reads", atomic_load(&ctl->sigbus_reads));
 	field_int(&checks, "attempts", r.attempts);
 	field_int(&checks, "missed_trials", r.missed);
-	field_int(&checks, "lazy_trials", r.done + r.disturbed);
+	field_int(&checks, "lazy_trials", r.done - r.refused + r.disturbed);
 	field_int(&checks, "disturbed_trials", r.disturbed);
 	field_int(&checks, "luf_folios", r.luf_folios);
 	field_int(&checks, "taken_pages", r.taken);

@@ -52,7 +52,11 @@ runs; `insns/all` adds the other vCPUs, busy threads included);
 program marks each operation (luf-cost's allocations), and
 `alloc_offcpu_*` rows are the time the guest really had the task off its CPU.
 Each cell is the median over the repetitions, with [min-max].""",
-    "host": "Native run on this machine's kernel: times are real.",
+    "host": """\
+Native run on this machine's kernel: times are real. On a kernel with the series'
+switches every experiment also runs with each switch at 0 in turn (`host/<switch>=0`),
+its own mechanism's and the others': a switch whose mechanism the experiment does
+not use is a control, whose on/off ratio should be 1 within the spread.""",
 }
 
 
@@ -140,7 +144,10 @@ def ratios(order, base="vanilla"):
     which is the before/after the mechanism's seed reported."""
     out = []
     if base in order:
-        out += [(c, base, f"{c}/{base}") for c in order if c != base]
+        # the baseline's own switch-off runs (a host run's `host/luf=0`)
+        # have their on/off column below, which says the same
+        out += [(c, base, f"{c}/{base}") for c in order
+                if c != base and c.partition("/")[0] != base]
     out += [(kernel, off, f"{switch} on/off") for kernel, switch, off in switch_offs(order)]
     return out
 
@@ -399,7 +406,8 @@ def spread_section(doc):
                         "experiment (`-r 2` or more).", ""]
     if verdicts:
         lines += kernel_lines(doc, verdicts)
-    else:
+    elif any("/" not in c and c != ref for configs in doc["experiments"].values()
+             for c in configs):
         lines += [f"No kernel against {ref}: it needs two repetitions of the "
                   f"same experiment beside them.", ""]
     if switches:
@@ -461,6 +469,26 @@ def load_note(exp_id, configs):
             + (f"; `{twin}` compares them at one rate." if twin else "."))
 
 
+def host_lines(meta):
+    """What machine a host run ran on, and whether perf counted TLB misses."""
+    box = meta.get("machine")
+    if not box:
+        return []
+    tiers = box.get("memory_tiers") or {}
+    lines = [f"- machine: {box['cpu_model']}, {box['cpus']} CPUs"
+             + (f" ({box['cores']} cores)" if box.get("cores") else "")
+             + f", {plural(len(box['numa_nodes']), 'NUMA node')}"
+             + (", memory tiers " + "; ".join(f"{t}: nodes {n}" for t, n in tiers.items())
+                if tiers else "")]
+    perf = meta.get("perf_stat") or {}
+    if perf.get("note"):
+        lines.append(f"- {perf['note']}")
+    elif perf.get("events"):
+        lines.append(f"- perf stat counted {', '.join(perf['events'])} of each whole "
+                     "program (`perf_stat` in results.json)")
+    return lines
+
+
 def write(out, doc):
     out = Path(out)
     meta = doc["meta"]
@@ -472,9 +500,12 @@ def write(out, doc):
     if meta.get("series_hash"):
         parts.append(f"- series: {meta['series_hash']} ({len(meta.get('series') or [])} "
                      f"patches) on Debian {meta.get('base_version')}")
+    configs = meta.get("configurations") or []
     parts += [f"- mode: {meta['mode']}{' (quick sizes)' if meta['quick'] else ''}, {reps}"
-              + (", interleaved by kernel" if len(meta["kernels"]) > 1 else ""),
-              ""]
+              + (", interleaved by kernel" if len(meta["kernels"]) > 1 else "")
+              + (f", interleaved by configuration: {', '.join(configs)}"
+                 if len(configs) > 1 else "")]
+    parts += host_lines(meta) + [""]
     if meta.get("vm_shapes"):
         parts.append("VM shapes: " + "; ".join(
             f"{g}: {s['cpus']} vCPUs, {s['mem']}"

@@ -17,14 +17,14 @@ bracketing each with markers:
 results/<timestamp>/results.json is written only when every boot finished;
 an experiment whose set-up check failed is listed under "failures" and makes
 the command exit non-zero.  The format is documented in docs/results.md.
+`--host` runs the same programs on this machine's kernel instead, in every
+configuration of its switches (lab/host.py).
 """
 
 import json
-import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -148,34 +148,13 @@ def main(args):
         raise LabError("--reps must be at least 1", exit_code=2)
     out = Path(args.out) if args.out else paths.results_dir() / time.strftime("%Y%m%d-%H%M%S")
     if args.host:
-        kernels, runner = ["host"], HostRunner(args.quick)
+        from lab import host
+        results, failures, meta = host.run(experiments, reps, args.quick)
     else:
-        kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
-        for k in kernels:
-            build.check_variant(k)
-        check_comparable(kernels)
-        runner = VMRunner(kernels, args.quick, args.icount, args.no_build)
-    results, failures = {}, []
-    groups = [g for g in suite.GROUPS if any(e.group == g for e in experiments)]
-    members = {g: [e for e in experiments if e.group == g] for g in groups}
-    total = reps * sum(len(boots(kernels, members[g])) for g in groups)
-    started, step = time.monotonic(), 0
-    for rnd in range(reps):
-        for group in groups:
-            for kernel, off in boots(kernels, members[group]):
-                step += 1
-                n = len(members[group])
-                count = f"{n} experiment" + ("s" if n != 1 else "")
-                which = f"{kernel}, switches off" if off else kernel
-                say(f"bench: [{step}/{total}] round {rnd + 1}/{reps}, {group} "
-                    f"({count}) on {which} "
-                    f"[{time.monotonic() - started:.0f}s]")
-                text = runner.run(kernel, group, members[group], off)
-                parse_output(text, members[group], results, failures,
-                             {"kernel": kernel, "round": rnd})
+        results, failures, meta = run_vms(args, experiments, reps)
     doc = {
         "format": FORMAT_VERSION,
-        "meta": runner.meta(reps, started),
+        "meta": meta,
         "experiments": results,
         "failures": failures,
     }
@@ -197,6 +176,35 @@ def main(args):
         say(f"bench: FAILED {f['experiment']} on {f['configuration']} "
             f"(round {f['round'] + 1}): {f['message']}")
     return 1 if failures else 0
+
+
+def run_vms(args, experiments, reps):
+    """Every group of experiments in a boot of each kernel, @reps rounds:
+    (results, failures, meta)."""
+    kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
+    for k in kernels:
+        build.check_variant(k)
+    check_comparable(kernels)
+    runner = VMRunner(kernels, args.quick, args.icount, args.no_build)
+    results, failures = {}, []
+    groups = [g for g in suite.GROUPS if any(e.group == g for e in experiments)]
+    members = {g: [e for e in experiments if e.group == g] for g in groups}
+    total = reps * sum(len(boots(kernels, members[g])) for g in groups)
+    started, step = time.monotonic(), 0
+    for rnd in range(reps):
+        for group in groups:
+            for kernel, off in boots(kernels, members[group]):
+                step += 1
+                n = len(members[group])
+                count = f"{n} experiment" + ("s" if n != 1 else "")
+                which = f"{kernel}, switches off" if off else kernel
+                say(f"bench: [{step}/{total}] round {rnd + 1}/{reps}, {group} "
+                    f"({count}) on {which} "
+                    f"[{time.monotonic() - started:.0f}s]")
+                text = runner.run(kernel, group, members[group], off)
+                parse_output(text, members[group], results, failures,
+                             {"kernel": kernel, "round": rnd})
+    return results, failures, runner.meta(reps, started)
 
 
 class VMRunner:
@@ -256,42 +264,6 @@ class VMRunner:
             **self.identity,
             "vm_shapes": self.shapes,
             "host": socket.gethostname(),
-        }
-
-
-class HostRunner:
-    """Runs the same scripts on this machine's running kernel, no VM."""
-
-    def __init__(self, quick):
-        self.quick = quick
-        self.commit = _lab_commit()
-        guest_bin = paths.work_dir() / "guest"
-        from lab import initramfs
-        initramfs.guest_programs()
-        self.env = dict(os.environ, PATH=f"{guest_bin}:{os.environ['PATH']}")
-
-    def run(self, kernel_name, group, experiments, switches_off=False):
-        script = guest_script(experiments, kernel_name, self.quick, switches_off)
-        if suite.GROUPS[group].needs_data_disk:
-            script = script.replace("/data/", f"{datadisk.host_files(self.quick)}/")
-        proc = subprocess.run(["sh", "-c", script], env=self.env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
-        sys.stderr.write("".join(ln + "\n" for ln in proc.stdout.splitlines()
-                                 if not ln.startswith("UNFLUSH-")))
-        return proc.stdout
-
-    def meta(self, reps, started):
-        return {
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "mode": "host",
-            "quick": self.quick,
-            "reps": reps,
-            "duration_s": round(time.monotonic() - started, 1),
-            "kernels": {"host": {"release": os.uname().release, "variant": "host"}},
-            "series_hash": None,
-            "vm_shapes": None,
-            "host": socket.gethostname(),
-            "lab_commit": self.commit,
         }
 
 

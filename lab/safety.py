@@ -189,7 +189,26 @@ def stress_phases(soak):
         what="stress-ng's own text and data on ext2 (zram) reclaimed from a "
              "80 MiB memory cgroup while mapped: lazy unmaps under LUF; "
              "direct I/O to a file there"))
+    if soak:
+        phases.append(churn_phase(seconds))
     return phases
+
+
+def churn_phase(seconds):
+    """The disk phase's reclaim of mapped text from ext2, beside stressors
+    that change mappings and write into them by other paths than a store:
+    ptrace, userfaultfd fills, io_uring, mremap, MAP_FIXED over live
+    mappings, mprotect, madvise (MADV_MERGEABLE among its advice), and
+    /proc reads.  None of them knows about LUF; on the debug kernel its
+    checker looks at every lazily unmapped address they reach."""
+    return StressPhase(
+        "churn",
+        f"--fork 2 --dynlib 1 --ptrace 1 --userfaultfd 1 --io-uring 1 "
+        f"--mremap 1 --mremap-bytes 8M --mmapfixed 1 --mmapaddr 1 --mprotect 1 "
+        f"--madvise 1 --procfs 1 --temp-path {DISK_DIR} --timeout {seconds}",
+        memcg="80M", memcg_knob="high", on_disk=True,
+        what="the disk phase's reclaim of mapped text, beside ptrace, "
+             "userfaultfd, io_uring, mremap, MAP_FIXED, mprotect and madvise churn")
 
 
 def selftest_shape(soak, variant):

@@ -181,7 +181,7 @@ def rotated(configs, rnd):
 
 def run_script(script, env):
     """Run @script with sh; its output, stderr folded in.  The script runs in
-    a session of its own: on Ctrl-C (or any exception here) its programs get
+    a process group of its own (setsid): on Ctrl-C (or any exception here) its programs get
     SIGINT, on which they put back their own settings, and are waited for
     (60 s at most, then killed), so that nothing is put back under them."""
     proc = subprocess.Popen(["sh", "-c", script], env=env, stdout=subprocess.PIPE,

@@ -344,7 +344,7 @@ while IFS= read -r line; do
 	printf '%s\n' "$line"
 done
 EOF
-# run_vmtests.sh once per category, in its own session, so that a watchdog
+# run_vmtests.sh once per category, in its own process group, so that a watchdog
 # can kill it and every test it started; what it ran is reported either way
 run_category() {
 	echo "SAFETY-CATEGORY-BEGIN $1 $(date +%s)"

@@ -95,7 +95,7 @@ def test_a_prose_line_wider_than_80_columns_is_refused():
         ("Documentation/mm/x.rst:+1", 81), ("mm/Kconfig:+2", 81)]
 
 
-# The mistake patch 0014 had until session 17: a continuation line indented
+# A mistake patch 0014 once had: a continuation line indented
 # one space less than its list item's text.
 BAD_RST = """\
 Title

@@ -20,7 +20,7 @@ MODEL_FILES = "/data/model0,/data/model1,/data/model2"
 # ext2 on a zram device of its own at /scratch: the data disk is read-only
 SCRATCH = "unflush.scratch=512M"
 # pages a second for luf-cost's paced load: half the slowest rate vanilla's
-# load reached flat out in a full make bench (9,114 in results/s27-full)
+# load reached flat out in a full make bench (9,114 pages a second)
 PACED_LOAD_RATE = 4000
 
 

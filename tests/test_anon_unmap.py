@@ -1,4 +1,4 @@
-"""Batched unmap of anonymous large folios at swap-out (issue 5, seed 002).
+"""Batched unmap of anonymous large folios at swap-out (seed 002).
 
 guest/anon-unmap-rollback.c swaps out 64K folios whose pages carry
 different soft-dirty and uffd-wp states and checks every page's PTE in

@@ -1,4 +1,4 @@
-"""The run-time switches of the series, /sys/kernel/mm/tlb_batching/ (issue 3).
+"""The run-time switches of the series, /sys/kernel/mm/tlb_batching/.
 
 Each switch must move the work of its mechanism from the batched path to
 the one-at-a-time path, as the per-source counters show, and change nothing

@@ -16,6 +16,9 @@ Seven variants, from config fragments in config/:
   patched-distro build/patched  labels, no DEBUG_TLBFLUSH, what the series costs
                                 in a distribution's kernel (bench -k
                                 vanilla-distro,patched-distro --icount)
+  vanilla-arm64  build/vanilla  arm64, cross-compiled: tinyconfig + lab.config
+  patched-arm64  build/patched  (+ series.config) + arm64.config; booted on
+                                QEMU's `virt` machine (lab/vm.py, ARCHES)
 
 series.config holds the options only the series defines; vanilla's Kconfig
 would drop them and check_config() would rightly complain.
@@ -47,7 +50,20 @@ VARIANTS = {
     "broken": ("broken", ["lab.config", "series.config"]),
     "vanilla-distro": ("vanilla", ["lab.config", "distro.config"]),
     "patched-distro": ("patched", ["lab.config", "series.config", "distro.config"]),
+    "vanilla-arm64": ("vanilla", ["lab.config", "arm64.config"]),
+    "patched-arm64": ("patched", ["lab.config", "series.config", "arm64.config"]),
 }
+
+# Variants of another architecture than the host's x86-64, and how each is
+# cross-built: make's variables, the compiler, the Debian package that has
+# it, the image make builds and boots (relative to the build directory).
+ARCH_OF = {"vanilla-arm64": "arm64", "patched-arm64": "arm64"}
+ARCHES = {
+    "arm64": (("ARCH=arm64", "CROSS_COMPILE=aarch64-linux-gnu-"),
+              "aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu",
+              "arch/arm64/boot/Image"),
+}
+HOST_ARCH = "x86-64"
 
 CONFIG_LINE = re.compile(r"^(CONFIG_\w+)=(.*)$|^# (CONFIG_\w+) is not set$")
 BUILD_STEP = re.compile(r"^\s+(CC|AS|LD|AR|GEN|HOSTCC|OBJCOPY|VDSO\S*)\s+(\S+)")
@@ -59,6 +75,7 @@ class Kernel:
     image: Path
     release: str
     objdir: Path
+    arch: str = HOST_ARCH
 
 
 # The fragments that belong to the series rather than to how a kernel is built.
@@ -81,6 +98,30 @@ def check_variant(variant):
     if variant not in VARIANTS:
         raise LabError(f"unknown kernel variant {variant!r}: choose from "
                        f"{', '.join(VARIANTS)}", exit_code=2)
+
+
+def arch(variant):
+    """The architecture `variant` is built for: x86-64 or a key of ARCHES."""
+    return ARCH_OF.get(variant, HOST_ARCH)
+
+
+def cross_tools(variant):
+    """(make's variables, compiler) for `variant`; a missing cross compiler
+    is said before anything is configured."""
+    if arch(variant) == HOST_ARCH:
+        return (), "gcc"
+    make_args, compiler, package, _ = ARCHES[arch(variant)]
+    if not shutil.which(compiler):
+        raise LabError(f"the {variant} kernel needs {compiler}: run `make setup` "
+                       f"(or `apt-get install {package}`)", exit_code=2)
+    return make_args, compiler
+
+
+def image_path(variant, out):
+    """Where the bootable image of `variant` is in its build directory `out`."""
+    if arch(variant) == HOST_ARCH:
+        return out / "arch" / "x86" / "boot" / "bzImage"
+    return out / ARCHES[arch(variant)][3]
 
 
 def source_tree(variant):
@@ -122,7 +163,11 @@ def _make(src, out, *targets, log=None, extra_env=None):
 
 
 def configure(variant):
-    configure_dir(source_tree(variant), objdir(variant), fragments(variant))
+    if arch(variant) == HOST_ARCH:
+        configure_dir(source_tree(variant), objdir(variant), fragments(variant))
+        return
+    make_args, _ = cross_tools(variant)
+    configure_dir(source_tree(variant), objdir(variant), fragments(variant), make_args)
 
 
 def fragments_digest(frags):
@@ -176,10 +221,22 @@ def ensure_source(variant):
 
 
 def build(variant, jobs=None):
-    """Build the bzImage of `variant`, incrementally, showing progress."""
+    """Build the bzImage of `variant` (arm64: its Image), incrementally,
+    showing progress."""
+    if arch(variant) != HOST_ARCH:
+        cross_tools(variant)
     ensure_source(variant)
     configure(variant)
-    kernel = compile_dir(source_tree(variant), objdir(variant), variant, jobs)
+    if arch(variant) == HOST_ARCH:
+        kernel = compile_dir(source_tree(variant), objdir(variant), variant, jobs)
+    else:
+        make_args, compiler = cross_tools(variant)
+        target = ARCHES[arch(variant)][3]
+        kernel = compile_dir(source_tree(variant), objdir(variant), variant, jobs,
+                             target=Path(target).name, make_args=make_args,
+                             compiler=compiler)
+        kernel = Kernel(variant, image_path(variant, objdir(variant)), kernel.release,
+                        kernel.objdir, arch(variant))
     (objdir(variant) / SOURCE_STAMP).write_text(source_id(variant))
     return kernel
 
@@ -259,7 +316,7 @@ def compiler_errors(log_text):
 def built(variant):
     """The kernel of a previous build, without building."""
     out = objdir(variant)
-    image = out / "arch" / "x86" / "boot" / "bzImage"
+    image = image_path(variant, out)
     release_file = out / "include" / "config" / "kernel.release"
     if not image.exists() or not release_file.exists():
         raise LabError(f"the {variant} kernel is not built: run `python3 -m lab build "
@@ -271,4 +328,4 @@ def built(variant):
         raise LabError(f"the {variant} kernel was built from older sources than "
                        f"patches/ and config/ now give: run `python3 -m lab build "
                        f"{variant}`")
-    return Kernel(variant, image, release_file.read_text().strip(), out)
+    return Kernel(variant, image, release_file.read_text().strip(), out, arch(variant))

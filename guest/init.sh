@@ -3,9 +3,10 @@
 # kernel command line asks for (unflush.zram=SIZE, unflush.data=1,
 # unflush.scratch=SIZE), run
 # /run.sh with its output on the second serial port (/dev/ttyS1, which the
-# host reads apart from the kernel console), report its exit status there,
-# and power off.  The host treats a missing UNFLUSH-EXIT line as a guest
-# that died.
+# host reads apart from the kernel console; unflush.out=DEV names another
+# device, as on arm64's `virt` machine, whose only UART is the console),
+# report its exit status there, and power off.  The host treats a missing
+# UNFLUSH-EXIT line as a guest that died.
 /bin/busybox --install -s /bin
 export PATH=/unflush/bin:/bin:/sbin
 mkdir -p /proc /sys /dev /tmp /run /data /scratch
@@ -17,6 +18,18 @@ mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null
 mount -t cgroup2 none /sys/fs/cgroup 2>/dev/null
 
 out=/dev/ttyS1
+for arg in $(cat /proc/cmdline); do
+	case "$arg" in
+	unflush.out=*) out=/dev/${arg#unflush.out=} ;;
+	esac
+done
+# a virtio console's port shows up a little after its driver has probed
+n=0
+while [ ! -c "$out" ] && [ $n -lt 100 ]; do
+	sleep 0.1
+	n=$((n + 1))
+done
+[ -c "$out" ] || echo "unflush: no result channel $out" >/dev/console
 fail() {
 	echo "UNFLUSH-SETUP-FAILED $*" >"$out"
 	poweroff -f

@@ -188,15 +188,24 @@ struct busy *shape_start(const struct run_opts *o, int main_cpu,
  * Open and close a window for the lab's instruction-counting QEMU plugin
  * (`lab run --insn-profile DIR`): NOPs with displacements nothing else
  * uses.  A real CPU, or QEMU without the plugin, just executes a NOP.
+ * arm64 has no NOP with an operand: there the marker is a move of the
+ * mark's low 16 bits into the zero register, which writes nothing
+ * ("mov xzr, #0x4631" is 0xd288c63f).
  */
+#ifdef __aarch64__
+#define WINDOW_MARK(x86, arm64)	__asm__ volatile(arm64 ::: "memory")
+#else
+#define WINDOW_MARK(x86, arm64)	__asm__ volatile(x86 ::: "memory")
+#endif
+
 static inline void window_open(void)
 {
-	__asm__ volatile("nopl 0x554e4631(%%rax)" ::: "memory");
+	WINDOW_MARK("nopl 0x554e4631(%%rax)", "movz xzr, #0x4631");
 }
 
 static inline void window_close(void)
 {
-	__asm__ volatile("nopl 0x554e4630(%%rax)" ::: "memory");
+	WINDOW_MARK("nopl 0x554e4630(%%rax)", "movz xzr, #0x4630");
 }
 
 /*
@@ -206,12 +215,12 @@ static inline void window_close(void)
  */
 static inline void op_begin(void)
 {
-	__asm__ volatile("nopl 0x554e4632(%%rax)" ::: "memory");
+	WINDOW_MARK("nopl 0x554e4632(%%rax)", "movz xzr, #0x4632");
 }
 
 static inline void op_end(void)
 {
-	__asm__ volatile("nopl 0x554e4633(%%rax)" ::: "memory");
+	WINDOW_MARK("nopl 0x554e4633(%%rax)", "movz xzr, #0x4633");
 }
 
 /* --- snapshot.c + tracepoint.c: the counters --- */

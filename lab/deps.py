@@ -2,10 +2,14 @@
 
 Debian packages: the kernel source and its build dependencies, QEMU, the
 guest userland (busybox-static), stress-ng, the libraries the kernel's mm
-selftests link against, and an arm64 cross compiler.  Python packages:
-pytest (the test runner), matplotlib (the report's plots) and docutils
-(check-series reads the series' .rst files).  Only what is missing is
-installed.
+selftests link against, an arm64 cross compiler with its static C library
+and QEMU's arm64 emulator (the arm64 kernels, `vanilla-arm64` and
+`patched-arm64`).  The arm64 guest's busybox-static comes from Debian's
+arm64 archive (multiarch): it cannot be installed beside the host's
+busybox-static, so its package is downloaded and unpacked into the lab's
+cache (ARM64_BUSYBOX).  Python packages: pytest (the test runner),
+matplotlib (the report's plots) and docutils (check-series reads the
+series' .rst files).  Only what is missing is installed.
 """
 
 import importlib.util
@@ -13,7 +17,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
+from lab import paths
 from lab.errors import LabError
 from lab.progress import say
 
@@ -35,6 +42,8 @@ APT_PACKAGES = [
     # check-series --configs cross-builds the series for arm64; make test
     # checks that Kconfig keeps that configuration's options
     "gcc-aarch64-linux-gnu",
+    # the arm64 kernels: static guest programs, the `virt` machine
+    "libc6-dev-arm64-cross", "qemu-system-arm",
 ]
 # module -> (PyPI name, Debian package for Debian's own python3)
 PY_PACKAGES = {"pytest": ("pytest", "python3-pytest"),
@@ -68,6 +77,52 @@ def _run(cmd, what):
         raise LabError(f"installing {what} failed: {tail[0]}")
 
 
+ARM64_BUSYBOX_PACKAGE = "busybox-static:arm64"
+
+
+def arm64_busybox():
+    """Where the arm64 guest's busybox is unpacked (setup() puts it there)."""
+    return paths.cache_dir() / "busybox-arm64" / "bin" / "busybox"
+
+
+def missing_arm64_busybox():
+    return not arm64_busybox().is_file()
+
+
+def _foreign_arm64(sudo):
+    """dpkg knows arm64 as a foreign architecture (apt then lists its
+    packages); True if it had to be added."""
+    proc = subprocess.run(["dpkg", "--print-foreign-architectures"],
+                          capture_output=True, text=True)
+    if "arm64" in proc.stdout.split():
+        return False
+    _run(sudo + ["dpkg", "--add-architecture", "arm64"], "the arm64 architecture")
+    return True
+
+
+def install_arm64_busybox(sudo, updated):
+    """apt-get download busybox-static:arm64, unpack its /bin/busybox into
+    arm64_busybox().  `updated`: the package lists were just refreshed."""
+    if _foreign_arm64(sudo) or not updated:
+        _run(sudo + ["apt-get", "update", "-qq"], "the package lists")
+    dest = arm64_busybox()
+    with tempfile.TemporaryDirectory() as tmp:
+        # apt-get download writes into its working directory, as the
+        # unprivileged _apt user when it can: a world-writable one
+        os.chmod(tmp, 0o777)
+        proc = subprocess.run(["apt-get", "download", "-qq", ARM64_BUSYBOX_PACKAGE],
+                              cwd=tmp, capture_output=True, text=True)
+        debs = list(Path(tmp).glob("busybox-static_*_arm64.deb"))
+        if proc.returncode != 0 or not debs:
+            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise LabError(f"downloading {ARM64_BUSYBOX_PACKAGE} failed: {tail}")
+        unpacked = Path(tmp) / "root"
+        _run(["dpkg-deb", "-x", str(debs[0]), str(unpacked)], ARM64_BUSYBOX_PACKAGE)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(unpacked / "bin" / "busybox", dest.with_suffix(".tmp"))
+        dest.with_suffix(".tmp").rename(dest)
+
+
 def setup():
     if not shutil.which("dpkg-query"):
         raise LabError("this is not a Debian system: install the packages listed in "
@@ -77,15 +132,19 @@ def setup():
     if debian_python():
         apt += [PY_PACKAGES[m][1] for m in py]
         py = []
+    busybox = [ARM64_BUSYBOX_PACKAGE] if missing_arm64_busybox() else []
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    if (apt or busybox) and sudo and not shutil.which("sudo"):
+        raise LabError(f"need root to install {' '.join(apt + busybox)}: run "
+                       f"`make setup` as root")
     if apt:
-        sudo = [] if os.geteuid() == 0 else ["sudo"]
-        if sudo and not shutil.which("sudo"):
-            raise LabError(f"need root to install {' '.join(apt)}: run "
-                           f"`apt-get install {' '.join(apt)}` as root")
         _run(sudo + ["apt-get", "update", "-qq"], "the package lists")
         _run(sudo + ["apt-get", "install", "-y", "-qq", *apt], " ".join(apt))
+    if busybox:
+        install_arm64_busybox(sudo, updated=bool(apt))
     if py:
         pip = [PY_PACKAGES[m][0] for m in py]
         _run([sys.executable, "-m", "pip", "install", "-q", *pip], " ".join(pip))
-    say("lab: setup: all dependencies present" if not (apt or py)
-        else f"lab: setup: installed {' '.join(apt + py)}")
+    done = apt + busybox + py
+    say("lab: setup: all dependencies present" if not done
+        else f"lab: setup: installed {' '.join(done)}")

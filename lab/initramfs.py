@@ -5,6 +5,10 @@ from guest/ into /unflush/bin) is made once per change of its inputs.  Each
 run appends a second, tiny archive holding /run.sh, the command to run: the
 kernel unpacks concatenated archives in order, so nothing big is rewritten per
 run.
+
+An arm64 guest (`arch="arm64"`) gets the same archive made of arm64 parts:
+the busybox `make setup` unpacks from Debian's arm64 archive, the programs
+cross-compiled into build/guest-arm64, the archive in build/initramfs-arm64.
 """
 
 import gzip
@@ -14,10 +18,21 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from lab import paths
+from lab import deps, paths
 from lab.errors import LabError
 
 BUSYBOX = Path("/bin/busybox")
+# a guest of another architecture: the guest Makefile's variables for its
+# cross build, and the suffix of its programs' and archive's folders
+CROSS = {"arm64": (("CC=aarch64-linux-gnu-gcc",), "-arm64")}
+
+
+def _busybox(arch):
+    return BUSYBOX if arch is None else deps.arm64_busybox()
+
+
+def _suffix(arch):
+    return "" if arch is None else CROSS[arch][1]
 
 
 def _newc_entry(name, data=b"", mode=0o100644, ino=1):
@@ -44,13 +59,15 @@ def cpio(entries):
     return gzip.compress(buf.getvalue(), compresslevel=1, mtime=0)
 
 
-def guest_programs():
-    """Build guest/ with its Makefile; return the built binaries."""
-    out = paths.work_dir() / "guest"
+def guest_programs(arch=None):
+    """Build guest/ with its Makefile; return the built binaries.  `arch`:
+    None for the host's, or a key of CROSS for a cross build."""
+    out = paths.work_dir() / f"guest{_suffix(arch)}"
     if not (paths.GUEST_SRC / "Makefile").exists():
         return []
-    proc = subprocess.run(["make", "-s", "-C", str(paths.GUEST_SRC), f"O={out}"],
-                          capture_output=True, text=True)
+    make_args = [] if arch is None else list(CROSS[arch][0])
+    proc = subprocess.run(["make", "-s", "-C", str(paths.GUEST_SRC), f"O={out}",
+                           *make_args], capture_output=True, text=True)
     if proc.returncode != 0:
         lines = (proc.stderr or proc.stdout).strip().splitlines()
         err = next((ln for ln in lines if "error" in ln), lines[-1] if lines else "")
@@ -59,21 +76,24 @@ def guest_programs():
                   and not p.name.endswith(".o"))
 
 
-def base_image():
+def base_image(arch=None):
     """The base archive, rebuilt when busybox, init or a program changed."""
-    if not BUSYBOX.exists():
-        raise LabError(f"{BUSYBOX} not found: run `make setup` (installs busybox-static)")
-    programs = guest_programs()
-    inputs = [BUSYBOX, paths.GUEST_SRC / "init.sh", *programs]
+    busybox = _busybox(arch)
+    if not busybox.exists():
+        what = "busybox-static" if arch is None else f"busybox-static:{arch}"
+        raise LabError(f"{busybox} not found: run `make setup` (installs {what})")
+    programs = guest_programs(arch)
+    inputs = [busybox, paths.GUEST_SRC / "init.sh", *programs]
     digest = hashlib.sha256()
     for p in inputs:
         digest.update(p.name.encode() + p.read_bytes())
-    image = paths.work_dir() / "initramfs" / f"base-{digest.hexdigest()[:12]}.cpio.gz"
+    image = (paths.work_dir() / f"initramfs{_suffix(arch)}"
+             / f"base-{digest.hexdigest()[:12]}.cpio.gz")
     if image.exists():
         return image
     entries = [(d, None, 0o755) for d in ("bin", "sbin", "dev", "proc", "sys", "tmp",
                                           "run", "data", "unflush", "unflush/bin")]
-    entries.append(("bin/busybox", BUSYBOX.read_bytes(), 0o755))
+    entries.append(("bin/busybox", busybox.read_bytes(), 0o755))
     entries.append(("init", (paths.GUEST_SRC / "init.sh").read_bytes(), 0o755))
     entries += [(f"unflush/bin/{p.name}", p.read_bytes(), 0o755) for p in programs]
     image.parent.mkdir(parents=True, exist_ok=True)
@@ -85,13 +105,14 @@ def base_image():
     return image
 
 
-def run_image(command, dest, layers=()):
+def run_image(command, dest, layers=(), arch=None):
     """base archive, then `layers` (gzipped cpio archives made with cpio(),
     e.g. the mm selftests), then an archive holding /run.sh; written to
-    `dest`.  The kernel unpacks them in that order."""
+    `dest`.  The kernel unpacks them in that order.  `arch` as for
+    guest_programs()."""
     script = command.rstrip("\n") + "\n"
     with open(dest, "wb") as out:
-        with open(base_image(), "rb") as base:
+        with open(base_image(arch), "rb") as base:
             shutil.copyfileobj(base, out)
         for layer in layers:
             with open(layer, "rb") as extra:

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Stands in for qemu-system-x86_64 in the runner's tests.
+"""Stands in for qemu-system-x86_64 (and qemu-system-aarch64) in the runner's
+tests.
 
 Writes a canned kernel console (first -serial) and command output (second
--serial) chosen by FAKE_QEMU_MODE: ok, splat, panic, oops, hang, setup-failed.
+-serial, or arm64's virtio console) chosen by FAKE_QEMU_MODE: ok, splat,
+panic, oops, hang, setup-failed.
 """
 
 import os
@@ -11,6 +13,9 @@ import time
 
 args = sys.argv[1:]
 serials = [args[i + 1][len("file:"):] for i, a in enumerate(args) if a == "-serial"]
+# an arm64 guest's output goes to a virtio console: -chardev file,id=out,path=F
+serials += [args[i + 1].split("path=", 1)[1] for i, a in enumerate(args)
+            if a == "-chardev" and args[i + 1].startswith("file,id=out,")]
 console, output = serials
 mode = os.environ.get("FAKE_QEMU_MODE", "ok")
 boot = "[    0.000000] Linux version 6.12.117 (fake)\n[    0.5] Run /init as init process\n"

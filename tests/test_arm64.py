@@ -1,0 +1,171 @@
+"""arm64 as a platform of the lab: vanilla-arm64 and patched-arm64.
+
+Without a VM: both variants keep their config/ options through olddefconfig
+(cross-configured, no build), the `virt` command line has the shape asked
+for, what arm64 cannot have yet is refused in one line, and the runner reads
+the virtio console as it reads x86's second serial port.
+
+Marked `arm64` (opt-in, conftest.py: `python3 -m pytest --arm64
+tests/test_arm64.py`, after `python3 -m lab build vanilla-arm64
+patched-arm64`): each kernel boots once, runs guest programs and reports.
+On patched-arm64 the series' switches must be there, less the ones arm64
+cannot have (luf: only x86 selects ARCH_HAS_LUF; hvo_flush: no HVO on arm64
+in 6.12), and there are no nr_tlb_* counters: they hang on
+CONFIG_DEBUG_TLBFLUSH, an x86-only option.  What does count there is the
+swap-out of anonymous large folios (pswpout, mthp/64kB/swpout), which goes
+through the series' batched unmap with anon_unmap on and around it with
+anon_unmap off: both must swap every folio out whole.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab import build, datadisk, initramfs, vm
+from lab.errors import LabError
+
+ARM64 = ("vanilla-arm64", "patched-arm64")
+FAKE = Path(__file__).with_name("fake_qemu.py")
+
+
+@pytest.mark.parametrize("variant", ARM64)
+def test_arm64_variant_keeps_its_options(variant, tmp_path):
+    src = build.ensure_source(variant)
+    make_args, _ = build.cross_tools(variant)
+    # check_config() raises if Kconfig dropped an option a fragment asks for
+    build.configure_dir(src, tmp_path / "o", build.fragments(variant), make_args)
+    config = build.wanted_options([tmp_path / "o" / ".config"])
+    assert config["CONFIG_ARM64"] == "y"
+    assert config.get("CONFIG_TLB_BATCHING_SWITCHES", "n") == (
+        "y" if variant == "patched-arm64" else "n")
+    assert config.get("CONFIG_LUF", "n") == "n"
+
+
+def arm64_kernel(tmp_path):
+    return build.Kernel("vanilla-arm64", tmp_path / "Image", "6.12.117", tmp_path,
+                        "arm64")
+
+
+def test_virt_command_line():
+    shape = vm.VMShape(cpus=12, mem="1G", zram="256M", data_disk=Path("/d.ext2"),
+                       append="unflush.scratch=64M")
+    cmd = vm.qemu_command_arm64("Image", "initrd", shape, "c.log", "o.log", "tcg")
+    joined = " ".join(cmd)
+    assert cmd[0] == vm.QEMU_ARM64
+    assert "-machine virt,gic-version=3" in joined      # GICv2 stops at 8 CPUs
+    assert "-smp 12" in joined and "-m 1024M" in joined
+    assert "tcg,thread=multi" in joined and "-cpu max" in joined
+    assert "file=/d.ext2,if=virtio,format=raw,readonly=on" in joined
+    append = cmd[cmd.index("-append") + 1].split()
+    for arg in ("console=ttyAMA0", "unflush.out=hvc0", "unflush.zram=256M",
+                "unflush.data=1", "unflush.scratch=64M"):
+        assert arg in append
+    assert "-chardev file,id=out,path=o.log" in joined
+    assert "virtconsole,chardev=out" in joined
+    icount = vm.qemu_command_arm64("Image", "i", vm.VMShape(icount=True), "c", "o", "tcg")
+    assert "tcg,thread=single" in icount and "shift=0" in icount
+
+
+@pytest.mark.parametrize("shape, message", [
+    (vm.VMShape(node1="1G"),
+     "arm64: --node1 needs the UEFI/HMAT boot, not yet in the lab"),
+    (vm.VMShape(accel="kvm"), "arm64: no KVM"),
+    (vm.VMShape(icount=True, insn_profile=Path("/p")), "arm64: --insn-profile"),
+])
+def test_what_arm64_cannot_have_yet_is_refused(tmp_path, shape, message):
+    with pytest.raises(LabError, match=message):
+        vm.run(arm64_kernel(tmp_path), "true", shape, logdir=tmp_path / "log",
+               quiet=True)
+
+
+def test_runner_reads_the_virtio_console(tmp_path, monkeypatch):
+    wrapper = tmp_path / "qemu"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(vm, "QEMU_ARM64", str(wrapper))
+    archs = []
+    monkeypatch.setattr(initramfs, "run_image",
+                        lambda cmd, dest, layers=(), arch=None: archs.append(arch) or dest)
+    monkeypatch.setenv("FAKE_QEMU_MODE", "ok")
+    result = vm.run(arm64_kernel(tmp_path), "true", vm.VMShape(),
+                    logdir=tmp_path / "log", quiet=True)
+    assert (result.exit_code, result.output, result.accel) == (3, "hello\n", "tcg")
+    assert archs == ["arm64"]
+    monkeypatch.setenv("FAKE_QEMU_MODE", "splat")
+    with pytest.raises(LabError, match="kernel splat.*WARNING"):
+        vm.run(arm64_kernel(tmp_path), "true", vm.VMShape(), logdir=tmp_path / "log",
+               quiet=True)
+
+
+# --- in the guest ---
+
+SWITCHES = "/sys/kernel/mm/tlb_batching"
+PAGEOUT = "pageout-mthp --size 64K --quick --reps 1"
+
+
+def result_of(run, name):
+    recs = [r for r in run.records("UNFLUSH-RESULT") if r["experiment"].startswith(name)]
+    assert len(recs) == 1, f"{len(recs)} results for {name}: {run.output[-2000:]}"
+    return recs[0]
+
+
+def guest_script(patched):
+    """One boot: the machine's shape, a counted command, a guest program."""
+    lines = [
+        "uname -m",
+        "echo cpus $(nproc)",
+        "grep -c zram0 /proc/swaps",
+        "mount | grep -c ' /scratch type ext2'",
+        "ls /data/model* | wc -l",
+        "counters -- sh -c 'echo 1 > /proc/sys/vm/drop_caches'",
+        f"ls {SWITCHES} 2>/dev/null | sed 's/^/switch /'",
+        "echo nr_tlb $(grep -c ^nr_tlb_ /proc/vmstat)",
+        PAGEOUT,
+    ]
+    if patched:
+        # the same swap-out with the series' batched anonymous unmap off
+        lines += [f"echo 0 > {SWITCHES}/anon_unmap",
+                  f"echo anon_unmap $(cat {SWITCHES}/anon_unmap)",
+                  PAGEOUT,
+                  f"echo 1 > {SWITCHES}/anon_unmap"]
+    return "set -e\n" + "\n".join(lines)
+
+
+@pytest.mark.vm
+@pytest.mark.arm64
+@pytest.mark.parametrize("variant", ARM64)
+def test_arm64_guest_runs_and_reports(variant):
+    kernel = build.built(variant)
+    patched = variant == "patched-arm64"
+    shape = vm.VMShape(cpus=2, mem="1G", zram="256M", append="unflush.scratch=64M",
+                       data_disk=datadisk.ensure(quick=True), timeout=600)
+    run = vm.run(kernel, guest_script(patched), shape, quiet=True)
+    assert run.exit_code == 0, run.output[-2000:]
+    lines = run.output.splitlines()
+    assert lines[:5] == ["aarch64", "cpus 2", "1", "1", str(datadisk.FILES)], lines[:5]
+
+    (rec,) = run.records("UNFLUSH-COUNTERS")
+    assert rec["exit"] == 0
+    assert "pgfault" in rec["counters"]
+    # arm64 has no TLB or CAL row in /proc/interrupts, no tlb:tlb_flush
+    # tracepoint and no nr_tlb_* (CONFIG_DEBUG_TLBFLUSH is x86's): the
+    # counters say so rather than report zeros
+    assert not any(k.startswith(("nr_tlb_", "irq/TLB", "tlb_flush/"))
+                   for k in rec["counters"])
+    assert "nr_tlb 0" in lines
+    assert rec["missing"], rec
+
+    switches = {ln.split()[1] for ln in lines if ln.startswith("switch ")}
+    assert switches == ({"zap_ptes", "unmap_flush", "anon_unmap"} if patched else set())
+
+    results = [r for r in run.records("UNFLUSH-RESULT")
+               if r["experiment"].startswith("pageout-mthp/64K")]
+    assert len(results) == (2 if patched else 1), run.output[-2000:]
+    for r in results:
+        # every 64K folio swapped out whole (pageout-mthp checks it, and
+        # prints no result line otherwise): the counters that do exist moved
+        assert r["counters"]["mthp/64kB/swpout"] == 32 * 1024 // 64
+        assert r["counters"]["pswpout"] >= 32 * 1024 // 4
+    if patched:
+        assert "anon_unmap 0" in lines

@@ -199,9 +199,10 @@ def qemu_command_arm64(image, initrd, shape, console_log, output_log, accel,
                        extra_args=()):
     """QEMU's `virt` machine with a GICv3 (GICv2 stops at 8 CPUs), booted from
     a device tree; the command's output on a virtio console (unflush.out=hvc0:
-    `virt` has one UART, the kernel console)."""
+    `virt` has one UART, the kernel console).  No nokaslr: the arm64 kernels
+    are built without KASLR, and would hand the word to /init."""
     cmdline = ["console=ttyAMA0", "panic=-1", "oops=panic", "loglevel=6",
-               "nokaslr", "mitigations=off", "unflush.out=hvc0", *extra_args]
+               "mitigations=off", "unflush.out=hvc0", *extra_args]
     if shape.zram:
         cmdline.append(f"unflush.zram={shape.zram}")
     if shape.data_disk:

@@ -6,7 +6,7 @@ LAB = $(PYTHON) -m lab
 BENCH_ARGS ?=
 TEST_ARGS ?=
 
-.PHONY: bench test setup tree build export guest clean
+.PHONY: bench test test-arm64 setup tree build export guest clean
 
 # Build vanilla and patched kernels, boot both, run every experiment, report.
 bench: setup
@@ -21,6 +21,13 @@ bench: setup
 test: setup
 	$(LAB) build vanilla patched broken debug
 	$(PYTHON) -m pytest -ra $(TEST_ARGS) tests
+
+# The arm64 kernels, cross-built, booted on QEMU's virt machine; not part of
+# `test`, whose run they would lengthen by their two cold builds (README.md,
+# "arm64").
+test-arm64: setup
+	$(LAB) build vanilla-arm64 patched-arm64
+	$(PYTHON) -m pytest -ra --arm64 $(TEST_ARGS) tests/test_arm64.py
 
 setup:
 	$(LAB) setup
@@ -39,4 +46,4 @@ guest:
 	$(MAKE) -C guest O=$(CURDIR)/build/guest
 
 clean:
-	rm -rf build/guest build/initramfs build/runs
+	rm -rf build/guest build/initramfs build/guest-arm64 build/initramfs-arm64 build/runs

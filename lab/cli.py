@@ -4,7 +4,7 @@
   tree [--force]        make build/vanilla and build/patched (series applied)
   export                write build/patched's commits back to patches/
   build [VARIANT...]    build kernels (vanilla and patched; `build --help`
-                        lists the debug, broken and distro variants)
+                        lists the debug, broken, distro and arm64 variants)
   run [options] -- CMD  boot a kernel and run CMD in it
   bench [options]       run the benchmark suite and write a report
   report DIR            write DIR/report.md and plots again from DIR/results.json

@@ -7,7 +7,7 @@ and QEMU's arm64 emulator (the arm64 kernels, `vanilla-arm64` and
 `patched-arm64`).  The arm64 guest's busybox-static comes from Debian's
 arm64 archive (multiarch): it cannot be installed beside the host's
 busybox-static, so its package is downloaded and unpacked into the lab's
-cache (ARM64_BUSYBOX).  Python packages: pytest (the test runner),
+cache (arm64_busybox()).  Python packages: pytest (the test runner),
 matplotlib (the report's plots) and docutils (check-series reads the
 series' .rst files).  Only what is missing is installed.
 """
@@ -39,8 +39,9 @@ APT_PACKAGES = [
     "xfsprogs",
     # Debian's own configs, which config/distro.config is checked against
     "linux-config-6.12",
-    # check-series --configs cross-builds the series for arm64; make test
-    # checks that Kconfig keeps that configuration's options
+    # check-series --configs cross-builds the series for arm64, and so does
+    # `lab build vanilla-arm64 patched-arm64`; make test checks that Kconfig
+    # keeps those configurations' options
     "gcc-aarch64-linux-gnu",
     # the arm64 kernels: static guest programs, the `virt` machine
     "libc6-dev-arm64-cross", "qemu-system-arm",

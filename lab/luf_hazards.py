@@ -12,6 +12,10 @@ from lab import vm
 MODES = ("cow", "force", "write", "dio", "bdev", "bdev-closed", "truncate",
          "remap", "reuse", "demote", "anon-write", "anon-force", "anon-reuse", "anon-move",
          "anon-demote", "compact")
+# modes whose every trial a correct kernel refuses to make lazy (the
+# device had a writer since its mount): they pass by refusing, with no
+# folio unmapped lazily
+REFUSED_MODES = ("bdev-closed",)
 # modes that need a CPU-less node 1: in a lower memory tier to demote to,
 # or, for compact, a node holding nothing else to compact; the others keep
 # the guest they were measured in

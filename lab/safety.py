@@ -733,6 +733,8 @@ def table(variant, entry):
         for mode, m in part.get("modes", {}).items():
             lazy = (f", {m['luf_folios']} folios unmapped lazily"
                     if "luf_folios" in m else "")
+            if m.get("refused_trials"):
+                lazy += f", {m['refused_trials']} trials refused laziness"
             lines.append(f"    {mode}: {m['trials']} trials, {m['violations']} violations"
                          f"{lazy}, exit {m['exit']}")
     lines.append(f"  splats     {len(entry['splats'])}")

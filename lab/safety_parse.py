@@ -377,7 +377,8 @@ TRIALS_EXIT = re.compile(r"^(SAFETY-\S+-EXIT) (\S+) (\d+)$")
 def parse_trials(output, program, modes, exit_tag):
     """Per mode of a guest program that runs trials against a reader
     (guest/stale-tlb, guest/luf-hazards): trials run, violations seen, exit
-    status, and for luf-hazards the folios it saw unmapped lazily.
+    status, and for luf-hazards the folios it saw unmapped lazily and the
+    trials the kernel refused to make lazy.
 
     A violation line is printed the moment the reader sees the wrong data,
     so it counts even if the guest died before the program reported; a mode
@@ -397,8 +398,9 @@ def parse_trials(output, program, modes, exit_tag):
                 continue
             if tag == "UNFLUSH-RESULT":
                 out[mode]["trials"] += rec.get("trials", 0)
-                if "luf_folios" in rec.get("checks", {}):
-                    out[mode]["luf_folios"] = rec["checks"]["luf_folios"]
+                for key in ("luf_folios", "refused_trials"):
+                    if key in rec.get("checks", {}):
+                        out[mode][key] = rec["checks"][key]
             else:
                 out[mode]["violations"] += 1
                 out[mode]["first"] = out[mode]["first"] or rest[:200]

@@ -353,6 +353,9 @@ def test_luf_hazards_results_by_mode_and_their_problems():
         'UNFLUSH-RESULT {"experiment":"luf-hazards/cow","trials":100,"violations":0,'
         '"checks":{"luf_folios":412}}',
         "SAFETY-LUF-EXIT cow 0",
+        'UNFLUSH-RESULT {"experiment":"luf-hazards/bdev-closed","trials":100,'
+        '"violations":0,"checks":{"luf_folios":0,"refused_trials":100}}',
+        "SAFETY-LUF-EXIT bdev-closed 0",
         # another program's exit line with the same mode name is not this one's
         "SAFETY-STALE-EXIT write 0",
         'UNFLUSH-VIOLATION {"experiment":"luf-hazards/write","kind":"old","trial":3}',
@@ -362,17 +365,19 @@ def test_luf_hazards_results_by_mode_and_their_problems():
         "luf-hazards: /scratch is not a disk filesystem",   # dio: no result
         "SAFETY-LUF-EXIT dio 1",
     ])
-    luf = parse.parse_trials(out, "luf-hazards", ("cow", "write", "dio", "truncate"),
+    luf = parse.parse_trials(out, "luf-hazards",
+                             ("cow", "bdev-closed", "write", "dio", "truncate"),
                              "SAFETY-LUF-EXIT")
     assert luf["cow"] == {"trials": 100, "violations": 0, "exit": 0, "message": "",
                           "first": "", "luf_folios": 412}
+    assert luf["bdev-closed"]["refused_trials"] == 100
     assert luf["write"]["violations"] == 1 and luf["write"]["exit"] == 1
     assert luf["dio"]["exit"] == 1 and "disk filesystem" in luf["dio"]["message"]
     assert luf["truncate"]["exit"] == -1        # never finished
     kr = kernel_run("patched", MMAP)
     kr.luf = luf
     entry = safety.summarize(kr)
-    assert entry["luf_hazards"]["trials"] == 103
+    assert entry["luf_hazards"]["trials"] == 203
     assert not entry["ok"]
     assert any("luf-hazards write: 1 reads" in p for p in entry["problems"])
     assert any("luf-hazards dio: exit 1: luf-hazards: /scratch" in p
@@ -539,6 +544,9 @@ def test_luf_hazards_ran_clean_and_lazily(quick_run):
         for mode, m in luf["modes"].items():
             assert m["exit"] == 0 and m["trials"] == safety.luf_trials(False), \
                 (variant, mode, m)
+            if mode in luf_hazards.REFUSED_MODES:
+                assert m["refused_trials"] == m["trials"], (variant, mode, m)
+                continue
             assert m["luf_folios"] >= m["trials"], (variant, mode, m)
 
 

@@ -1,7 +1,7 @@
-"""The LUF checker (CONFIG_DEBUG_LUF) under an ordinary workload.
+"""The LUF checker (CONFIG_DEBUG_LUF) under ordinary workloads.
 
-Issue 4 asks that the checker catch a LUF rule removed on purpose while
-ordinary workloads run, without a test written for that rule.  The workload
+The checker must catch a LUF rule removed on purpose while ordinary
+workloads run, without a test written for that rule.  The first workload
 is the safety suite's `disk` stress phase (lab/safety.py): stress-ng run
 from an ext2 filesystem inside a small memory cgroup, so that reclaim takes
 its own text and read-only data away while its workers map them, and LUF
@@ -25,11 +25,21 @@ userfaultfd or truncation, which this workload does not do either.
 tests/test_luf.py attacks every rule directly, and test_luf.py's
 test_debug_checker_warns_without_the_rule shows the checker seeing R3 and
 R4 broken under its workload.
+
+The second workload is a debugger: guest/ptrace-poke, a program reading
+its file mapping (PROT_READ, MAP_PRIVATE) in two threads inside a memory
+cgroup half the file's size, and its parent poking words into it with
+PTRACE_POKEDATA, as gdb does.  A poke into a page that reclaim has just
+unmapped lazily copies the page (do_cow_fault()) and maps the copy
+read-only; GUP writes the word into it.  R3 flushes before that write
+(luf_mm_check() in follow_page_pte()); with R3 off, the checker has no
+hook there, and must find the copy's bytes differing from the old page's
+when the lazy unmap is finally flushed.
 """
 
 import pytest
 
-from lab import safety
+from lab import build, safety, vm
 
 pytestmark = pytest.mark.vm
 
@@ -60,3 +70,38 @@ def test_checker_catches_r1_removed_under_stress_ng():
     assert errors == [], errors
     assert lazy_unmaps(phases) > 0, [p.vmstat for p in phases]
     assert "freed before the flush of generation" in console, console[-3000:]
+
+
+# a debugger's pokes; 2 vCPUs, the file on the lab's ext2 scratch
+POKE_SHAPE = vm.VMShape(cpus=2, mem="1G", append="unflush.scratch=64M", timeout=600)
+
+
+def poke_command(disable_rules):
+    return ("mount -t debugfs none /sys/kernel/debug 2>/dev/null; "
+            f"echo {disable_rules} >/sys/kernel/debug/luf/disable_rules && "
+            "ptrace-poke --seconds 60; echo POKE-EXIT $?; "
+            "grep -E 'nr_tlb_luf_folios|nr_tlb_flush_luf_mm' /proc/vmstat")
+
+
+def vmstat_lines(output):
+    return {ln.split()[0]: int(ln.split()[1]) for ln in output.splitlines()
+            if ln.startswith("nr_tlb_")}
+
+
+def test_debugger_pokes_are_clean_with_every_rule():
+    run = vm.run(build.built("debug"), poke_command(0), POKE_SHAPE, quiet=True)
+    assert "POKE-EXIT 0" in run.output, run.output[-3000:]
+    counters = vmstat_lines(run.output)
+    # reclaim took the target's mapped pages lazily, and R3 flushed for
+    # pokes into them
+    assert counters["nr_tlb_luf_folios"] > 0, counters
+    assert counters["nr_tlb_flush_luf_mm"] > 0, counters
+
+
+def test_checker_catches_r3_removed_under_a_debugger():
+    kernel = build.built("debug")
+    logdir = vm.new_logdir(kernel)
+    vm.run(kernel, poke_command(1 << 1), POKE_SHAPE, logdir=logdir, quiet=True,
+           allow_splats=True)
+    console = (logdir / "console.log").read_text(errors="replace")
+    assert "a write that no rule flushed for" in console, console[-3000:]

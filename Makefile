@@ -6,7 +6,7 @@ LAB = $(PYTHON) -m lab
 BENCH_ARGS ?=
 TEST_ARGS ?=
 
-.PHONY: bench test test-arm64 setup tree build export guest clean
+.PHONY: bench test test-arm64 deb setup tree build export guest clean
 
 # Build vanilla and patched kernels, boot both, run every experiment, report.
 bench: setup
@@ -28,6 +28,14 @@ test: setup
 test-arm64: setup
 	$(LAB) build vanilla-arm64 patched-arm64
 	$(PYTHON) -m pytest -ra --arm64 $(TEST_ARGS) tests/test_arm64.py
+
+# Debian packages (linux-image-...) of the series' kernel, into build/deb/.
+# DEB_CONFIG=lab: the patched kernel's config, a re-link of its build, what
+# tests/test_package.py boots; DEB_CONFIG=debian: Debian's own amd64 config
+# plus the series', to install on a Debian 12 machine (hours on 2 cores).
+DEB_CONFIG ?= lab
+deb: setup
+	$(LAB) package --config $(DEB_CONFIG)
 
 setup:
 	$(LAB) setup

@@ -143,6 +143,8 @@ def main(args):
             print(f"{e.id:32} seed {e.seed}  group {e.group:8} {e.command}")
         return 0
     experiments = suite.select(args.experiment)
+    if not args.host:
+        experiments = for_arm64(experiments, args.kernels, bool(args.experiment))
     reps = args.reps if args.reps is not None else (1 if args.quick else 3)
     if reps < 1:
         raise LabError("--reps must be at least 1", exit_code=2)
@@ -176,6 +178,23 @@ def main(args):
         say(f"bench: FAILED {f['experiment']} on {f['configuration']} "
             f"(round {f['round'] + 1}): {f['message']}")
     return 1 if failures else 0
+
+
+def for_arm64(experiments, kernels, chosen):
+    """@experiments less those an arm64 kernel among @kernels cannot run:
+    left out with a word when the whole suite was asked for, refused when
+    @chosen by name."""
+    if not any(build.arch(k.strip()) == "arm64" for k in kernels.split(",")):
+        return experiments
+    refused = [(e, suite.arm64_refusal(e)) for e in experiments if suite.arm64_refusal(e)]
+    if refused and chosen:
+        e, why = refused[0]
+        raise LabError(f"{e.id} does not run on arm64: {why}; leave it out (-e) or "
+                       f"bench it on the x86 kernels", exit_code=2)
+    for why in sorted({w for _, w in refused}):
+        ids = [e.id for e, w in refused if w == why]
+        say(f"bench: left out on arm64 ({why}): {', '.join(ids)}")
+    return [e for e in experiments if not suite.arm64_refusal(e)]
 
 
 def run_vms(args, experiments, reps):
@@ -234,15 +253,18 @@ class VMRunner:
         script = guest_script(experiments, kernel_name, self.quick, switches_off)
         shape = self.shape(group)
         # every program's phases are windows (guest/lib/unflush.h): under
-        # --icount each result gets its phase's instructions (lab/insnprof.py)
-        if self.icount:
+        # --icount each result gets its phase's instructions, and on arm64,
+        # in either mode, its TLBIs and DSBs (lab/insnprof.py)
+        arm64 = self.kernels[kernel_name].arch == "arm64"
+        if self.icount or arm64:
             shape.insn_profile = Path(tempfile.mkdtemp(prefix="insns-",
                                                        dir=paths.work_dir()))
         try:
             result = vm.run(self.kernels[kernel_name], script, shape)
             if not shape.insn_profile:
                 return result.output
-            output, why = insnprof.annotate(result.output, shape.insn_profile)
+            output, why = insnprof.annotate(result.output, shape.insn_profile,
+                                            insns=self.icount)
         finally:
             # the windows are folded into the results, or useless without them
             if shape.insn_profile:
@@ -261,10 +283,23 @@ class VMRunner:
             "kernels": {k: {"release": v.release, "variant": k}
                         for k, v in self.kernels.items()},
             "baseline": baseline(self.kernels),
+            **arm64_meta(self.kernels.values()),
             **self.identity,
             "vm_shapes": self.shapes,
             "host": socket.gethostname(),
         }
+
+
+def arm64_meta(kernels):
+    """What decides an arm64 run's TLBI counts beside the kernel's code: the
+    CPU model QEMU emulates (range TLBIs or not) and whether KPTI, which
+    doubles every user TLBI (one per ASID of the pair), can be on; {} for a
+    run without arm64 kernels."""
+    arm = [k for k in kernels if k.arch == "arm64"]
+    if not arm:
+        return {}
+    return {"arm64": {"cpu": vm.ARM64_CPU,
+                      "kpti": {k.variant: vm.kpti(k) for k in arm}}}
 
 
 def _lab_commit():

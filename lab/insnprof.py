@@ -7,6 +7,10 @@ lab's QEMU plugin (lab/plugin/insnprof.c) counts the instructions each vCPU
 runs, per translation block, between the window markers a guest program
 executes (guest/lib/unflush.h), and writes DIR/window.N for each window.
 `python3 -m lab insn-profile DIR --kernel K` prints them by kernel function.
+
+On arm64 the plugin also counts the TLBI and DSB instructions each vCPU ran
+in each window, by kind (DIR/window.N.tlbi), in either TCG mode: arm64 has
+no shootdown interrupt, and those instructions are what its flushes cost.
 """
 
 import bisect
@@ -19,7 +23,8 @@ from lab import build, paths
 from lab.errors import LabError
 
 SOURCE = Path(__file__).parent / "plugin" / "insnprof.c"
-USER_TOP = 0x800000000000     # x86-64: below is user space
+# user space is the lower half of the address space on x86-64 and on arm64
+USER_TOP = 1 << 63
 
 
 def plugin():
@@ -28,7 +33,8 @@ def plugin():
     if out.exists() and out.stat().st_mtime >= SOURCE.stat().st_mtime:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-fvisibility=hidden",
+    proc = subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-pthread",
+                           "-fvisibility=hidden",
                            "-o", str(out), str(SOURCE)],
                           capture_output=True, text=True)
     if proc.returncode != 0:
@@ -107,6 +113,37 @@ def op_percentiles(insns):
             "max": s[-1]}
 
 
+def read_kinds(window_path):
+    """{"tlbi/vale1is": [count per vCPU], "dsb/ish": [...]} of a window, from
+    its window.N.tlbi (arm64; {} if none ran); None if the plugin wrote
+    none (x86), which counts neither."""
+    path = Path(f"{window_path}.tlbi")
+    if not path.exists():
+        return None
+    out = {}
+    for line in path.read_text().splitlines():
+        what, kind, *counts = line.split()
+        out[f"{what}/{kind}"] = [int(c) for c in counts]
+    return out
+
+
+def kind_counters(kinds):
+    """A result's counters of an arm64 window: tlbi/<kind> and dsb/<kind>
+    over all vCPUs, tlbi/all and dsb/all, and tlbi/vcpuV and dsb/vcpuV for
+    every vCPU up to the last that ran any."""
+    out = {}
+    width = max((i + 1 for counts in kinds.values()
+                 for i, c in enumerate(counts) if c), default=0)
+    for what in ("tlbi", "dsb"):
+        mine = {k: v for k, v in kinds.items() if k.startswith(what + "/")}
+        for kind, counts in sorted(mine.items()):
+            out[kind] = sum(counts)
+        out[f"{what}/all"] = sum(sum(c) for c in mine.values())
+        for v in range(width):
+            out[f"{what}/vcpu{v}"] = sum(c[v] for c in mine.values() if v < len(c))
+    return out
+
+
 def vcpu_totals(rows):
     width = max((len(c) for _, _, c in rows), default=0)
     return [sum(c[v] for _, _, c in rows if v < len(c)) for v in range(width)]
@@ -137,7 +174,7 @@ def main(args):
     return 0
 
 
-def annotate(output, folder, vcpu=0):
+def annotate(output, folder, vcpu=0, insns=True):
     """Add each window's instruction counts to the result it measured.
 
     A guest phase that opens a window prints `UNFLUSH-WINDOW <id>` and its
@@ -147,8 +184,11 @@ def annotate(output, folder, vcpu=0):
     gains counters insns/vcpuV (what vCPU V ran in the window), insns/all
     (every vCPU) and, over the result's `ops`, insns/vcpuV_per_op and
     insns/all_per_op; if the phase marked its ops (window.N.ops), also
-    insns/vcpuV_op_p50, _p90, _p99 and _max.  Returns the output unchanged,
-    with a reason, if the windows and the lines do not pair up.
+    insns/vcpuV_op_p50, _p90, _p99 and _max.  An arm64 window's TLBIs and
+    DSBs become counters too (kind_counters()).  Without @insns (arm64
+    without -icount, where the plugin counts no instructions) only those.
+    Returns the output unchanged, with a reason, if the windows and the
+    lines do not pair up.
     """
     try:
         files = windows(folder)
@@ -159,7 +199,7 @@ def annotate(output, folder, vcpu=0):
            if ln.startswith("UNFLUSH-WINDOW ") and len(ln.split()) == 2]
     if len(ids) != len(files):
         return output, (f"{len(files)} instruction windows for {len(ids)} phases that "
-                        "opened one: not paired, no insns/ counters")
+                        "opened one: not paired, no window counters")
     window_of = dict(zip(ids, files))
     for i, line in enumerate(lines):
         if not line.startswith("UNFLUSH-RESULT "):
@@ -168,16 +208,26 @@ def annotate(output, folder, vcpu=0):
         path = window_of.get(record.get("window"))
         if path is None:
             continue
-        totals = vcpu_totals(read_window(path))
         counters = record.setdefault("counters", {})
-        counters[f"insns/vcpu{vcpu}"] = totals[vcpu] if vcpu < len(totals) else 0
-        counters["insns/all"] = sum(totals)
-        if record.get("ops"):
-            for key in (f"insns/vcpu{vcpu}", "insns/all"):
-                counters[f"{key}_per_op"] = round(counters[key] / record["ops"])
-        ops = read_ops(path, vcpu)
-        if ops:
-            for rank, value in op_percentiles(ops).items():
-                counters[f"insns/vcpu{vcpu}_op_{rank}"] = value
+        kinds = read_kinds(path)
+        if kinds is not None:
+            counters.update(kind_counters(kinds))
+        if insns:
+            add_insns(counters, path, record.get("ops"), vcpu)
         lines[i] = "UNFLUSH-RESULT " + json.dumps(record, separators=(",", ":"))
     return "\n".join(lines) + "\n", None
+
+
+def add_insns(counters, path, ops, vcpu):
+    """A window's insns/ counters, into a result's @counters; @ops the
+    operations the result counted, if any."""
+    totals = vcpu_totals(read_window(path))
+    counters[f"insns/vcpu{vcpu}"] = totals[vcpu] if vcpu < len(totals) else 0
+    counters["insns/all"] = sum(totals)
+    if ops:
+        for key in (f"insns/vcpu{vcpu}", "insns/all"):
+            counters[f"{key}_per_op"] = round(counters[key] / ops)
+    marked = read_ops(path, vcpu)
+    if marked:
+        for rank, value in op_percentiles(marked).items():
+            counters[f"insns/vcpu{vcpu}_op_{rank}"] = value

@@ -118,6 +118,21 @@ def _experiments():
 
 EXPERIMENTS = _experiments()
 
+# Why the experiments of a group cannot run on an arm64 guest (yet)
+NO_NODE1_ON_ARM64 = ("it needs a CPU-less node 1 in a lower memory tier, which arm64's "
+                     "`virt` machine gets only from a UEFI boot with ACPI HMAT and a "
+                     "lab-only kernel change, not in the lab yet")
+NO_HVO_ON_ARM64 = "arm64 6.12 has no hugetlb vmemmap optimisation (HVO)"
+
+
+def arm64_refusal(experiment):
+    """Why @experiment cannot run on an arm64 kernel, or None if it can."""
+    if experiment.group == "hugetlb":
+        return NO_HVO_ON_ARM64
+    if GROUPS[experiment.group].shape.node1:
+        return NO_NODE1_ON_ARM64
+    return None
+
 
 def select(patterns):
     """The experiment a pattern names exactly, else those whose id starts

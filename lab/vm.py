@@ -41,6 +41,7 @@ SETUP_FAILED = re.compile(r"^UNFLUSH-SETUP-FAILED (.*)$", re.M)
 SIZE = re.compile(r"^\d+[KMG]$")
 QEMU = os.environ.get("UNFLUSH_QEMU", "qemu-system-x86_64")
 QEMU_ARM64 = os.environ.get("UNFLUSH_QEMU_ARM64", "qemu-system-aarch64")
+ARM64_CPU = "max"
 
 
 @dataclass
@@ -55,7 +56,9 @@ class VMShape:
     icount: bool = False          # -icount shift=0: guest time = instructions
     data_disk: Path | None = None  # ext2 image, mounted read-only at /data
     timeout: float = 600.0
-    insn_profile: Path | None = None  # lab/insnprof.py: DIR/window.N (needs icount)
+    # lab/insnprof.py: DIR/window.N (x86: needs icount; arm64: TLBIs and
+    # DSBs in any mode, instructions under icount)
+    insn_profile: Path | None = None
 
     def validate(self):
         if self.cpus < 1 or self.cpus > 64:
@@ -72,9 +75,6 @@ class VMShape:
             raise LabError("--timeout must be positive", exit_code=2)
         if self.icount and self.accel == "kvm":
             raise LabError("--icount is a TCG mode: drop --accel kvm", exit_code=2)
-        if self.insn_profile and not self.icount:
-            raise LabError("--insn-profile counts instructions of one host thread: "
-                           "add --icount", exit_code=2)
 
     def describe(self):
         return {"cpus": self.cpus, "mem": self.mem, "node1": self.node1,
@@ -139,6 +139,13 @@ def check_jump_labels(kernel, shape, accel):
                        exit_code=2)
 
 
+def check_insn_profile(shape):
+    """x86's profile is instructions only, which one host thread counts."""
+    if shape.insn_profile and not shape.icount:
+        raise LabError("--insn-profile counts instructions of one host thread: "
+                       "add --icount", exit_code=2)
+
+
 def qemu_command(image, initrd, shape, console_log, output_log, accel, extra_args=()):
     cmdline = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=6",
                "nokaslr", "mitigations=off" if accel == "tcg" else "", *extra_args]
@@ -190,9 +197,14 @@ def check_arm64_shape(shape, accel):
     if shape.node1:
         raise LabError("arm64: --node1 needs the UEFI/HMAT boot, not yet in the lab",
                        exit_code=2)
-    if shape.insn_profile:
-        raise LabError("arm64: --insn-profile's plugin reads x86-64 addresses, "
-                       "not yet arm64's", exit_code=2)
+
+
+def kpti(kernel):
+    """Whether an arm64 kernel booted by the lab unmaps itself from user
+    space (KPTI), which doubles every user TLBI, and why."""
+    if built_option(kernel, "CONFIG_UNMAP_KERNEL_AT_EL0") != "y":
+        return "off (built without CONFIG_UNMAP_KERNEL_AT_EL0)"
+    return "off (mitigations=off)"
 
 
 def qemu_command_arm64(image, initrd, shape, console_log, output_log, accel,
@@ -211,9 +223,17 @@ def qemu_command_arm64(image, initrd, shape, console_log, output_log, accel,
            "-display", "none", "-machine", "virt,gic-version=3",
            "-smp", str(shape.cpus)]
     if shape.icount:
-        cmd += ["-accel", "tcg,thread=single", "-icount", "shift=0", "-cpu", "max"]
+        cmd += ["-accel", "tcg,thread=single", "-icount", "shift=0"]
     else:
-        cmd += ["-accel", "tcg,thread=multi", "-cpu", "max"]
+        cmd += ["-accel", "tcg,thread=multi"]
+    # the CPU model decides which TLBIs the kernel can use: max has the
+    # range TLBIs (FEAT_TLBIRANGE) that ARM64_TLB_RANGE needs
+    cmd += ["-cpu", ARM64_CPU]
+    if shape.insn_profile:
+        # TLBIs and DSBs in either mode; instructions only in one host thread
+        from lab import insnprof
+        cmd += ["-plugin", f"{insnprof.plugin()},out={shape.insn_profile}/window,"
+                "arch=arm64" + ("" if shape.icount else ",insns=0")]
     cmd += ["-m", f"{int(to_mib(shape.mem))}M"]
     if shape.data_disk:
         cmd += ["-drive", f"file={shape.data_disk},if=virtio,format=raw,readonly=on"]
@@ -295,7 +315,9 @@ def run(kernel, command, shape=None, logdir=None, quiet=False, allow_splats=Fals
         raise LabError(f"data disk {shape.data_disk} not found")
     accel = choose_accel(kernel, shape)
     host = kernel.arch == build.HOST_ARCH
-    if not host:
+    if host:
+        check_insn_profile(shape)
+    else:
         check_arm64_shape(shape, accel)
     check_jump_labels(kernel, shape, accel)
     logdir = Path(logdir) if logdir else new_logdir(kernel)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import build, datadisk, initramfs, vm
+from lab import bench, build, datadisk, initramfs, report, suite, vm
 from lab.errors import LabError
 
 ARM64 = ("vanilla-arm64", "patched-arm64")
@@ -73,12 +73,68 @@ def test_virt_command_line():
     (vm.VMShape(node1="1G"),
      "arm64: --node1 needs the UEFI/HMAT boot, not yet in the lab"),
     (vm.VMShape(accel="kvm"), "arm64: no KVM"),
-    (vm.VMShape(icount=True, insn_profile=Path("/p")), "arm64: --insn-profile"),
 ])
 def test_what_arm64_cannot_have_yet_is_refused(tmp_path, shape, message):
     with pytest.raises(LabError, match=message):
         vm.run(arm64_kernel(tmp_path), "true", shape, logdir=tmp_path / "log",
                quiet=True)
+
+
+def test_arm64_counts_tlbis_in_either_mode_instructions_under_icount():
+    """The plugin's arm64 counts need no single thread; its instruction
+    counts do, and x86's profile is instructions only."""
+    for icount, args in ((False, "arch=arm64,insns=0"), (True, "arch=arm64")):
+        shape = vm.VMShape(icount=icount, insn_profile=Path("/p"))
+        cmd = vm.qemu_command_arm64("Image", "i", shape, "c", "o", "tcg")
+        plugin = cmd[cmd.index("-plugin") + 1]
+        assert plugin.endswith(f"insnprof.so,out=/p/window,{args}"), plugin
+        assert ("-icount" in cmd) == icount
+    assert "-plugin" not in vm.qemu_command_arm64("Image", "i", vm.VMShape(), "c", "o",
+                                                  "tcg")
+    with pytest.raises(LabError, match="add --icount"):
+        vm.check_insn_profile(vm.VMShape(insn_profile=Path("/p")))
+
+
+def test_bench_leaves_out_what_arm64_cannot_run():
+    """The whole suite on arm64 is the experiments it can run; one asked for
+    by name that it cannot is refused in one line; x86 runs are untouched."""
+    every = suite.select(None)
+    kept = bench.for_arm64(every, "vanilla-arm64,patched-arm64", chosen=False)
+    ids = {e.id for e in kept}
+    assert {"pageout-mthp/64K", "pageout-mthp/4K", "swap-loop",
+            "munmap-folio-size/64K"} <= ids
+    assert not any(e.id.startswith(("migrate-loop", "ro-reclaim-tiering", "luf-cost",
+                                    "hugetlb-hvo", "compact-ro")) for e in kept)
+    assert bench.for_arm64(every, "vanilla,patched", chosen=False) == every
+    with pytest.raises(LabError, match="migrate-loop does not run on arm64: it needs "
+                                       "a CPU-less node 1"):
+        bench.for_arm64(suite.select(["migrate-loop"]), "patched-arm64", chosen=True)
+    with pytest.raises(LabError, match="no hugetlb vmemmap optimisation"):
+        bench.for_arm64(suite.select(["hugetlb-hvo"]), "vanilla-arm64", chosen=True)
+    bench.check_comparable(list(ARM64))
+    with pytest.raises(LabError, match="compare patched-arm64 with vanilla-arm64"):
+        bench.check_comparable(["vanilla", "patched-arm64"])
+
+
+def test_arm64_report_counts_tlbis_not_shootdowns(tmp_path):
+    rep = lambda tlbi, dsb: {"experiment": "pageout-mthp/64K", "elapsed_s": 1.0,
+                             "tlb_shootdown_irqs": None,
+                             "counters": {"tlbi/all": tlbi, "dsb/all": dsb,
+                                          "tlb_flush/total": 0}}
+    doc = {"meta": {"date": "d", "host": "h", "mode": "tcg", "quick": False, "reps": 1,
+                    "kernels": {k: {"release": "6.12.117"} for k in ARM64},
+                    "baseline": "vanilla-arm64",
+                    "arm64": {"cpu": "max", "kpti": {"vanilla-arm64": "off (why)"}}},
+           "experiments": {"pageout-mthp/64K": {"vanilla-arm64": [rep(100, 10)],
+                                                "patched-arm64": [rep(50, 0)]}},
+           "failures": []}
+    report.write(tmp_path, doc)
+    text = (tmp_path / "report.md").read_text()
+    assert "`-cpu max`; KPTI: vanilla-arm64 off (why)" in text
+    assert "| tlbi/all | 100 | 50 | 0.500 |" in text
+    assert "| dsb/all | 10 | 0 | 0.000 |" in text
+    # neither an interrupt arm64 does not have nor a tracepoint it does not fire
+    assert "| tlb_shootdown_irqs |" not in text and "| tlb_flush/" not in text
 
 
 def test_runner_reads_the_virtio_console(tmp_path, monkeypatch):

@@ -13,14 +13,19 @@ bench: setup
 	$(LAB) build vanilla patched
 	$(LAB) bench --no-build $(BENCH_ARGS)
 
-# Host-side tests of the lab, then tests that boot each kernel.  `broken`
-# is the series plus patches/testing/: a kernel that skips a flush on
-# purpose, so the safety tests are seen to fail where they must; `debug`
-# has the LUF checker, whose switches let the LUF tests break one rule at a
-# time, and the KUnit test of LUF's generations.
+# First the fast layer (tests/conftest.py): the lab's host logic, no kernel
+# source, no build, no VM, in seconds, so that a broken lab fails before
+# the builds; it always runs whole (TEST_ARGS are for the rest).  Then the
+# kernels, and every other test: those that configure or check the kernel
+# source, and those that boot each kernel.  `broken` is the series plus
+# patches/testing/: a kernel that skips a flush on purpose, so the safety
+# tests are seen to fail where they must; `debug` has the LUF checker, whose
+# switches let the LUF tests break one rule at a time, and the KUnit test of
+# LUF's generations.
 test: setup
+	$(PYTHON) -m pytest -ra -m fast tests
 	$(LAB) build vanilla patched broken debug
-	$(PYTHON) -m pytest -ra $(TEST_ARGS) tests
+	$(PYTHON) -m pytest -ra -m 'not fast' $(TEST_ARGS) tests
 
 # The arm64 kernels, cross-built, booted on QEMU's virt machine; not part of
 # `test`, whose run they would lengthen by their two cold builds (README.md,

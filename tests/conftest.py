@@ -1,8 +1,19 @@
-"""Shared fixtures.
+"""Shared fixtures, and the layers of the suite.
 
-Tests marked `vm` boot real kernels; `make test` builds them first.  A test
-that needs a kernel that is not built fails (it does not skip): a suite that
-quietly skips its integration tests proves nothing.
+Three layers, by what a test needs:
+- `fast` (given here to every test marked neither of the two below): host
+  logic only, no kernel source, no kernel build, no VM; the whole layer
+  runs in seconds and is the first thing `make test` runs
+  (`python3 -m pytest -m fast tests`).  Each fast test sees an empty work
+  folder and no kernel tarball, as in a fresh clone before any build: one
+  that reaches for either fails, and belongs in a layer below.
+- `needs_kernel`: needs the kernel but boots none: unpacks the Debian
+  kernel source, configures it or runs its scripts (olddefconfig,
+  checkpatch.pl), or reads a built kernel; `make test` runs these after
+  its builds.
+- `vm`: boots real kernels; `make test` builds them first.  A test that
+  needs a kernel that is not built fails (it does not skip): a suite that
+  quietly skips its integration tests proves nothing.
 """
 
 import pytest
@@ -17,6 +28,10 @@ def kernel(request):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "vm: boots a kernel in QEMU")
+    config.addinivalue_line("markers", "needs_kernel: needs the kernel source or a built "
+                                       "kernel, boots none")
+    config.addinivalue_line("markers", "fast: neither vm nor needs_kernel (given by "
+                                       "conftest.py): host logic, seconds in all")
     config.addinivalue_line("markers", "arm64: boots an arm64 kernel (opt-in: --arm64)")
 
 
@@ -27,7 +42,33 @@ def pytest_addoption(parser):
                           "patched-arm64` first)")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    mark_fast(items)
+    skip_arm64(config, items)
+
+
+def mark_fast(items):
+    """Before -m selects (tryfirst), so that `-m fast` sees the marker."""
+    for item in items:
+        if not any(item.get_closest_marker(m) for m in ("vm", "needs_kernel")):
+            item.add_marker(pytest.mark.fast)
+
+
+@pytest.fixture(autouse=True)
+def fresh_clone_for_fast_tests(request, tmp_path_factory, monkeypatch):
+    """A fast test runs as in a fresh clone before any build: the lab's work
+    folder is empty (no built kernel, no unpacked tree) and the kernel
+    tarball is missing, so a test that needs either fails (or, if written
+    to, skips) instead of quietly unpacking the kernel: mark it needs_kernel.
+    A test that sets its own (test_tree.py's stand-in tarball) still can."""
+    if request.node.get_closest_marker("fast"):
+        monkeypatch.setenv("UNFLUSH_WORK", str(tmp_path_factory.mktemp("work")))
+        monkeypatch.setenv("UNFLUSH_KERNEL_TARBALL",
+                           "/nonexistent/fast-tests-have-no-kernel-source.tar.xz")
+
+
+def skip_arm64(config, items):
     """The arm64 guests are not part of `make test`: their two kernels add
     about 40 minutes to a run from a cold ccache (README.md, "arm64").  They
     run when asked for, with --arm64 or a -m expression that names arm64."""

@@ -31,6 +31,7 @@ ARM64 = ("vanilla-arm64", "patched-arm64")
 FAKE = Path(__file__).with_name("fake_qemu.py")
 
 
+@pytest.mark.needs_kernel
 @pytest.mark.parametrize("variant", ARM64)
 def test_arm64_variant_keeps_its_options(variant, tmp_path):
     src = build.ensure_source(variant)

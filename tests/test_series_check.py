@@ -45,12 +45,14 @@ def src():
     return tree.ensure_patched()
 
 
+@pytest.mark.needs_kernel
 @pytest.mark.parametrize("patch", tree.series_files(), ids=lambda p: p.name[:40])
 def test_every_patch_of_the_series_is_checkpatch_strict_clean(src, patch):
     ok, summary = series_check.checkpatch(patch, src)
     assert ok, summary
 
 
+@pytest.mark.needs_kernel
 def test_a_badly_written_patch_is_refused(src, tmp_path):
     bad = tmp_path / "0001-bad.patch"
     bad.write_text(BAD)
@@ -112,6 +114,7 @@ Title
 """
 
 
+@pytest.mark.needs_kernel
 def test_every_rst_file_of_the_series_parses_cleanly(src):
     names = series_check.series_rst(src)
     assert "Documentation/mm/luf.rst" in names
@@ -173,6 +176,7 @@ def test_on_fragment_keeps_only_the_options_a_patch_defines(tmp_path):
     assert series_check.defined_options(src, ["CONFIG_LUF"]) == []
 
 
+@pytest.mark.needs_kernel
 @pytest.mark.parametrize("builds, first, message", [
     (False, 3, "give it with --builds"),
     (True, 0, "the series has patches 1 to"),

@@ -29,6 +29,7 @@ def test_every_configuration_explains_itself_and_sets_options():
         assert build.wanted_options([series_configs.MATRIX / f"{name}.config"]), name
 
 
+@pytest.mark.needs_kernel
 @pytest.mark.parametrize("name", series_configs.available())
 def test_each_configuration_keeps_its_options_through_olddefconfig(src, name, tmp_path):
     fragment = series_configs.MATRIX / f"{name}.config"

@@ -16,6 +16,7 @@ from lab import build, paths
 BUILT_BY_HAND = ("vanilla-distro", "patched-distro", "vanilla-debug")
 
 
+@pytest.mark.needs_kernel
 @pytest.mark.parametrize("variant", BUILT_BY_HAND)
 def test_variant_keeps_its_options_through_olddefconfig(variant, tmp_path):
     src = build.ensure_source(variant)

@@ -66,7 +66,6 @@ def test_no_windows_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.needs_kernel      # --dry-run names the built vanilla kernel
-@pytest.mark.needs_kernel      # --dry-run names the built vanilla kernel
 def test_run_insn_profile_uses_icount_and_the_plugin(tmp_path):
     proc = lab("run", "--insn-profile", str(tmp_path / "p"), "--dry-run", "--", "true")
     if proc.returncode != 0 and "not built" in proc.stderr:

@@ -253,10 +253,11 @@ def source_id(variant):
 
 
 def compile_dir(src, out, name, jobs=None, target="bzImage", make_args=(),
-                compiler="gcc"):
+                compiler="gcc", localversion=None):
     """make `target` (bzImage) in `out`, showing progress; `name` is the
-    build's name in messages and, as LOCALVERSION, in `uname -r`.
-    `make_args` and `compiler` are for building another architecture."""
+    build's name in messages and, unless `localversion` is given, in
+    `uname -r`.  `make_args` and `compiler` are for building another
+    architecture."""
     jobs = jobs or (os.cpu_count() or 2) + 1
     ccache_dir = paths.cache_dir() / "ccache"
     env = {
@@ -274,7 +275,8 @@ def compile_dir(src, out, name, jobs=None, target="bzImage", make_args=(),
     with open(log_path, "w") as log:
         # LOCALVERSION names the variant in `uname -r`; set, it also keeps
         # kbuild from appending "+" for a git tree.
-        proc = _make(src, out, *make_args, *cc, f"LOCALVERSION=-{name}", f"-j{jobs}",
+        proc = _make(src, out, *make_args, *cc,
+                     f"LOCALVERSION={localversion or '-' + name}", f"-j{jobs}",
                      target, log=log, extra_env=env)
         with open(log_path) as follow:
             while True:

@@ -11,6 +11,8 @@
   safety [options]      the safety suite: mm selftests, stress-ng --verify, splats
   insn-profile DIR      instructions per vCPU and kernel function of the windows
                         a `run --insn-profile DIR` recorded
+  package [--config lab|debian]
+                        Debian packages (linux-image-...) of the series' kernel
   check-series [--builds [--from N]] [--configs [NAME,...]]
                         checkpatch --strict each patch; build each (from patch
                         N on) with the series' options on and off; build the
@@ -128,6 +130,16 @@ def parser():
                     help="the variant that ran (its System.map names the functions)")
     ip.add_argument("--vcpu", type=int, default=0, help="whose functions (default 0)")
     ip.add_argument("--top", type=int, default=15, help="functions a window (default 15)")
+    pk = sub.add_parser("package", help="Debian packages of the series' kernel "
+                                        "(make deb)")
+    pk.add_argument("--config", default="lab", metavar="lab|debian",
+                    help="lab: the patched kernel's config, a re-link of its build "
+                         "(default); debian: Debian's amd64 config plus the series', "
+                         "hours on 2 cores")
+    pk.add_argument("--arch", default="amd64", help="amd64 (the only one yet)")
+    pk.add_argument("--out", metavar="DIR",
+                    help="where the .deb files go (default build/deb/CONFIG)")
+    pk.add_argument("-j", "--jobs", type=int, help="parallel jobs (default: CPUs+1)")
     c = sub.add_parser("check-series", help="checkpatch and build every patch")
     c.add_argument("--builds", action="store_true",
                    help="also build the tree at every patch, series options on and off")
@@ -190,6 +202,9 @@ def main(argv=None):
         if args.cmd == "insn-profile":
             from lab import insnprof
             return insnprof.main(args)
+        if args.cmd == "package":
+            from lab import package
+            return package.main(args)
         if args.cmd == "check-series":
             from lab import series_check
             return series_check.run(args.builds, args.jobs, args.first, args.configs)

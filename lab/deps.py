@@ -4,12 +4,16 @@ Debian packages: the kernel source and its build dependencies, QEMU, the
 guest userland (busybox-static), stress-ng, the libraries the kernel's mm
 selftests link against, an arm64 cross compiler with its static C library
 and QEMU's arm64 emulator (the arm64 kernels, `vanilla-arm64` and
-`patched-arm64`).  The arm64 guest's busybox-static comes from Debian's
-arm64 archive (multiarch): it cannot be installed beside the host's
-busybox-static, so its package is downloaded and unpacked into the lab's
-cache (arm64_busybox()).  Python packages: pytest (the test runner),
+`patched-arm64`), what kbuild's bindeb-pkg runs (`lab package`).  The
+arm64 guest's busybox-static comes from Debian's arm64 archive
+(multiarch): it cannot be installed beside the host's busybox-static, so
+its package is downloaded and unpacked into the lab's cache
+(arm64_busybox()).  Python packages: pytest (the test runner),
 matplotlib (the report's plots) and docutils (check-series reads the
-series' .rst files).  Only what is missing is installed.
+series' .rst files).  llama-tiering builds llama.cpp with cmake and
+writes its models with PyPI's gguf package, which Debian does not have:
+pip installs it into the lab's cache (lab/llama.py's gguf_dir()).  Only
+what is missing is installed.
 """
 
 import importlib.util
@@ -20,12 +24,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lab import paths
+from lab import llama, paths
 from lab.errors import LabError
 from lab.progress import say
 
 APT_PACKAGES = [
     "linux-source-6.12",
+    # llama-tiering: llama.cpp's build, pip for its source and gguf
+    "cmake", "python3-pip",
     # kernel build
     "build-essential", "bc", "flex", "bison", "libelf-dev", "libssl-dev",
     "dwarves", "ccache", "cpio", "xz-utils", "git", "rsync",
@@ -45,6 +51,10 @@ APT_PACKAGES = [
     "gcc-aarch64-linux-gnu",
     # the arm64 kernels: static guest programs, the `virt` machine
     "libc6-dev-arm64-cross", "qemu-system-arm",
+    # `lab package` (kbuild's bindeb-pkg): dpkg-buildpackage and the dh_*
+    # tools its debian/rules runs; depmod, module signing and the zstd
+    # bzImage of Debian's config
+    "dpkg-dev", "debhelper", "kmod", "openssl", "zstd",
 ]
 # module -> (PyPI name, Debian package for Debian's own python3)
 PY_PACKAGES = {"pytest": ("pytest", "python3-pytest"),
@@ -146,6 +156,16 @@ def setup():
     if py:
         pip = [PY_PACKAGES[m][0] for m in py]
         _run([sys.executable, "-m", "pip", "install", "-q", *pip], " ".join(pip))
-    done = apt + busybox + py
+    gguf = []
+    if not llama.gguf_dir().is_dir():
+        gguf = [f"gguf=={llama.GGUF_VERSION}"]
+        tmp = llama.gguf_dir().with_name(llama.gguf_dir().name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        # --target: Debian's python3 refuses installs into itself (PEP 668)
+        _run([sys.executable, "-m", "pip", "install", "-q", "--target", str(tmp), *gguf],
+             gguf[0])
+        tmp.rename(llama.gguf_dir())
+    done = apt + busybox + py + gguf
     say("lab: setup: all dependencies present" if not done
         else f"lab: setup: installed {' '.join(done)}")

@@ -1,0 +1,83 @@
+"""`python3 -m lab package` refuses what it cannot build, in one line, before
+it builds anything: an unknown config, another architecture, missing
+tools, too little disk, no Debian config."""
+
+import subprocess
+import sys
+
+import pytest
+
+from lab import package, paths
+from lab.errors import LabError
+
+
+def lab(*args):
+    return subprocess.run([sys.executable, "-m", "lab", *args], cwd=paths.ROOT,
+                          capture_output=True, text=True)
+
+
+def one_line_error(proc, *words):
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("lab:")]
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1, proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_unknown_config_is_refused():
+    one_line_error(lab("package", "--config", "fedora"), "unknown package config",
+                   "lab, debian")
+
+
+def test_arm64_is_refused_as_not_yet():
+    one_line_error(lab("package", "--arch", "arm64"), "arm64", "not yet")
+
+
+def test_missing_tools_are_named_with_their_packages():
+    have = {"make", "gcc", "dpkg-deb", "bc", "flex", "bison", "cpio", "openssl"}
+    with pytest.raises(LabError) as e:
+        package.check_tools("lab", which=lambda prog: prog in have or None)
+    msg = str(e.value)
+    assert "\n" not in msg and "make setup" in msg
+    for prog, pkg in [("dpkg-buildpackage", "dpkg-dev"), ("dh_testdir", "debhelper"),
+                      ("rsync", "rsync")]:
+        assert f"{prog} ({pkg})" in msg
+    assert "gcc" not in msg
+
+
+def test_debian_config_also_needs_zstd():
+    with pytest.raises(LabError) as e:
+        package.check_tools("debian", which=lambda prog: prog != "zstd" or None)
+    assert "zstd (zstd)" in str(e.value)
+    package.check_tools("lab", which=lambda prog: prog != "zstd" or None)
+
+
+def test_all_tools_present_passes():
+    package.check_tools("debian", which=lambda prog: f"/usr/bin/{prog}")
+
+
+@pytest.mark.parametrize("config", package.CONFIGS)
+def test_too_little_disk_is_refused_with_the_need(config, tmp_path):
+    need = package.DISK_GIB[config] * 2**30
+    with pytest.raises(LabError) as e:
+        package.check_disk(config, tmp_path / "not" / "made", free_bytes=need - 1)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert f"{package.DISK_GIB[config]} GiB free in {tmp_path}" in msg
+    package.check_disk(config, tmp_path, free_bytes=need)
+
+
+def test_missing_debian_config_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setattr(package, "DEBIAN_CONFIG", tmp_path / "config.amd64_none_amd64.xz")
+    with pytest.raises(LabError) as e:
+        package.check_debian_config()
+    assert "linux-config-6.12" in str(e.value) and "make setup" in str(e.value)
+
+
+def test_lab_package_without_a_patched_tree_says_what_to_do():
+    """A fresh clone (conftest: empty work folder, no kernel source): the
+    lab package fails on the missing source in one line, not a traceback."""
+    proc = lab("package", "--config", "lab")
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("lab:")]
+    assert proc.returncode != 0 and len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -10,10 +10,7 @@ arm64 guest's busybox-static comes from Debian's arm64 archive
 its package is downloaded and unpacked into the lab's cache
 (arm64_busybox()).  Python packages: pytest (the test runner),
 matplotlib (the report's plots) and docutils (check-series reads the
-series' .rst files).  llama-tiering builds llama.cpp with cmake and
-writes its models with PyPI's gguf package, which Debian does not have:
-pip installs it into the lab's cache (lab/llama.py's gguf_dir()).  Only
-what is missing is installed.
+series' .rst files).  Only what is missing is installed.
 """
 
 import importlib.util
@@ -24,14 +21,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lab import llama, paths
+from lab import paths
 from lab.errors import LabError
 from lab.progress import say
 
 APT_PACKAGES = [
     "linux-source-6.12",
-    # llama-tiering: llama.cpp's build, pip for its source and gguf
-    "cmake", "python3-pip",
     # kernel build
     "build-essential", "bc", "flex", "bison", "libelf-dev", "libssl-dev",
     "dwarves", "ccache", "cpio", "xz-utils", "git", "rsync",
@@ -156,16 +151,6 @@ def setup():
     if py:
         pip = [PY_PACKAGES[m][0] for m in py]
         _run([sys.executable, "-m", "pip", "install", "-q", *pip], " ".join(pip))
-    gguf = []
-    if not llama.gguf_dir().is_dir():
-        gguf = [f"gguf=={llama.GGUF_VERSION}"]
-        tmp = llama.gguf_dir().with_name(llama.gguf_dir().name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        # --target: Debian's python3 refuses installs into itself (PEP 668)
-        _run([sys.executable, "-m", "pip", "install", "-q", "--target", str(tmp), *gguf],
-             gguf[0])
-        tmp.rename(llama.gguf_dir())
-    done = apt + busybox + py + gguf
+    done = apt + busybox + py
     say("lab: setup: all dependencies present" if not done
         else f"lab: setup: installed {' '.join(done)}")

@@ -162,9 +162,9 @@ def cmd_report(out):
         doc = json.loads(path.read_text())
     except FileNotFoundError:
         raise LabError(f"no {path}: give the directory a `bench` wrote "
-                       "(a bench that did not finish writes none)", exit_code=2)
+                       "(a bench that did not finish writes none)", exit_code=2) from None
     except ValueError as e:
-        raise LabError(f"{path} is not JSON ({e}): nothing written", exit_code=2)
+        raise LabError(f"{path} is not JSON ({e}): nothing written", exit_code=2) from e
     missing = [k for k in ("meta", "experiments", "failures")
                if not isinstance(doc, dict) or k not in doc]
     if missing:

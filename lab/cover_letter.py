@@ -52,7 +52,7 @@ def parse(text):
             if m:
                 count, subject = int(m.group(1)), m.group(2)
     lines = body.splitlines()
-    for start, line in enumerate(lines):
+    for start in range(len(lines)):
         listed = _shortlog(lines, start)
         if listed is not None and len(listed) == count:
             return subject, "\n".join(lines[:start]).strip("\n"), count, listed

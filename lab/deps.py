@@ -9,10 +9,13 @@ arm64 guest's busybox-static comes from Debian's arm64 archive
 (multiarch): it cannot be installed beside the host's busybox-static, so
 its package is downloaded and unpacked into the lab's cache
 (arm64_busybox()).  Python packages: pytest (the test runner),
-matplotlib (the report's plots) and docutils (check-series reads the
-series' .rst files).  Only what is missing is installed.
+matplotlib (the report's plots), docutils (check-series reads the series'
+.rst files) and ruff (the linter of pyproject.toml, which tests/test_lint.py
+runs), pinned: a newer release may find what this one does not.  Only what
+is missing, or at another version than its pin, is installed.
 """
 
+import importlib.metadata
 import importlib.util
 import os
 import shutil
@@ -51,10 +54,13 @@ APT_PACKAGES = [
     # bzImage of Debian's config
     "dpkg-dev", "debhelper", "kmod", "openssl", "zstd",
 ]
-# module -> (PyPI name, Debian package for Debian's own python3)
+RUFF_VERSION = "0.17.5"
+# module -> (PyPI requirement, Debian package for Debian's own python3, or
+# None where Debian 12 has none: pip installs it there too)
 PY_PACKAGES = {"pytest": ("pytest", "python3-pytest"),
                "matplotlib": ("matplotlib", "python3-matplotlib"),
-               "docutils": ("docutils", "python3-docutils")}
+               "docutils": ("docutils", "python3-docutils"),
+               "ruff": (f"ruff=={RUFF_VERSION}", None)}
 
 
 def missing_apt():
@@ -66,7 +72,16 @@ def missing_apt():
 
 
 def missing_python():
-    return [module for module in PY_PACKAGES if importlib.util.find_spec(module) is None]
+    return [module for module, (requirement, _) in PY_PACKAGES.items()
+            if not _installed(module, requirement)]
+
+
+def _installed(module, requirement):
+    """@module imports, at the version @requirement pins if it pins one."""
+    if importlib.util.find_spec(module) is None:
+        return False
+    name, _, version = requirement.partition("==")
+    return not version or importlib.metadata.version(name) == version
 
 
 def debian_python():
@@ -135,9 +150,16 @@ def setup():
                        "lab/deps.py by hand")
     apt = missing_apt()
     py = missing_python()
+    pip_args = []
     if debian_python():
-        apt += [PY_PACKAGES[m][1] for m in py]
-        py = []
+        apt += [PY_PACKAGES[m][1] for m in py if PY_PACKAGES[m][1]]
+        py = [m for m in py if not PY_PACKAGES[m][1]]
+        if py:
+            # Debian 12 packages no ruff: pip puts it in /usr/local, beside
+            # Debian's own packages, not over them (a single binary, no
+            # dependencies), which PEP 668 makes pip ask to be told
+            apt += [] if importlib.util.find_spec("pip") else ["python3-pip"]
+            pip_args = ["--break-system-packages"]
     busybox = [ARM64_BUSYBOX_PACKAGE] if missing_arm64_busybox() else []
     sudo = [] if os.geteuid() == 0 else ["sudo"]
     if (apt or busybox) and sudo and not shutil.which("sudo"):
@@ -150,7 +172,7 @@ def setup():
         install_arm64_busybox(sudo, updated=bool(apt))
     if py:
         pip = [PY_PACKAGES[m][0] for m in py]
-        _run([sys.executable, "-m", "pip", "install", "-q", *pip], " ".join(pip))
+        _run([sys.executable, "-m", "pip", "install", "-q", *pip_args, *pip], " ".join(pip))
     done = apt + busybox + py
     say("lab: setup: all dependencies present" if not done
         else f"lab: setup: installed {' '.join(done)}")

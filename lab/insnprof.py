@@ -200,7 +200,7 @@ def annotate(output, folder, vcpu=0, insns=True):
     if len(ids) != len(files):
         return output, (f"{len(files)} instruction windows for {len(ids)} phases that "
                         "opened one: not paired, no window counters")
-    window_of = dict(zip(ids, files))
+    window_of = dict(zip(ids, files, strict=True))
     for i, line in enumerate(lines):
         if not line.startswith("UNFLUSH-RESULT "):
             continue

@@ -20,9 +20,9 @@ COUNT_ORDER = ["tlb_shootdown_irqs", "tlbi/all", "dsb/all", "irq/CAL",
                "nr_tlb_local_flush_all", "nr_tlb_local_flush_one"]
 # Workload evidence worth a row when it moved: did the pages really go where
 # the experiment says (swap, another node, reclaimed)?
-EVIDENCE_PREFIXES = ("nr_tlb_", "tlb_flush/", "insns/", "tlbi/", "dsb/", "pswp", "pgmigrate_success",
-                     "pgdemote_", "pgpromote_success", "pgsteal_", "thp_swpout",
-                     "thp_migration", "numa_pte_updates", "numa_hint_faults",
+EVIDENCE_PREFIXES = ("nr_tlb_", "tlb_flush/", "insns/", "tlbi/", "dsb/", "pswp",
+                     "pgmigrate_success", "pgdemote_", "pgpromote_success", "pgsteal_",
+                     "thp_swpout", "thp_migration", "numa_pte_updates", "numa_hint_faults",
                      "numa_pages_migrated", "nr_memmap_pages", "thp_fault_",
                      "compact_stall", "compact_success", "compact_fail")
 EVIDENCE_SUFFIXES = ("/swpout", "/anon_fault_alloc")
@@ -575,7 +575,7 @@ def make_plots(out, doc):
         flushes = "tlbi/all" if arm64 else "tlb_flush/"
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         for config in configs:
-            for ax, name in zip(axes, ("elapsed_s", flushes)):
+            for ax, name in zip(axes, ("elapsed_s", flushes), strict=True):
                 ys = [summary([metric_value(r, name) for r in exps[k].get(config, [])])
                       for k in sizes]
                 ax.plot([k.split("/")[1] for k in sizes],

@@ -408,7 +408,7 @@ if grep -q " /scratch ext2 " /proc/mounts && mkdir -p "$disk_dir/lib" &&
 	cp /safety/bin/stress-ng "$disk_dir/" &&
 	cp -L /lib/x86_64-linux-gnu/*.so* "$disk_dir/lib/" &&
 	{ echo '#!/bin/sh'
-	  echo "LD_LIBRARY_PATH=$disk_dir/lib exec $disk_dir/stress-ng \"\$@\""
+		echo "LD_LIBRARY_PATH=$disk_dir/lib exec $disk_dir/stress-ng \"\$@\""
 	} >"$disk_dir/run" && chmod +x "$disk_dir/run" && sync; then
 	echo 3 >/proc/sys/vm/drop_caches
 else
@@ -659,7 +659,7 @@ def summarize(kr, baseline=None):
         problems += [f"passes on {baseline.variant}, fails here: {n}"
                      + (f" ({flat[k].reason})" if k in flat and flat[k].reason else
                         " (missing from the output)" if k not in flat else "")
-                     for k, n in zip(failed, named(failed))]
+                     for k, n in zip(failed, named(failed), strict=True)]
     if entry["stress"]["errors"]:
         for p in kr.phases:
             problems += [f"stress {p.name}: {f}" for f in p.failures]

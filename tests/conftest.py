@@ -1,6 +1,7 @@
 """Shared fixtures, and the layers of the suite.
 
-Three layers, by what a test needs:
+Three layers, by what a test needs (their markers are declared in
+pyproject.toml):
 - `fast` (given here to every test marked neither of the two below): host
   logic only, no kernel source, no kernel build, no VM; the whole layer
   runs in seconds and is the first thing `make test` runs
@@ -24,15 +25,6 @@ from lab import build
 @pytest.fixture(params=["vanilla", "patched"])
 def kernel(request):
     return build.built(request.param)
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "vm: boots a kernel in QEMU")
-    config.addinivalue_line("markers", "needs_kernel: needs the kernel source or a built "
-                                       "kernel, boots none")
-    config.addinivalue_line("markers", "fast: neither vm nor needs_kernel (given by "
-                                       "conftest.py): host logic, seconds in all")
-    config.addinivalue_line("markers", "arm64: boots an arm64 kernel (opt-in: --arm64)")
 
 
 def pytest_addoption(parser):

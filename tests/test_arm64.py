@@ -118,10 +118,10 @@ def test_bench_leaves_out_what_arm64_cannot_run():
 
 
 def test_arm64_report_counts_tlbis_not_shootdowns(tmp_path):
-    rep = lambda tlbi, dsb: {"experiment": "pageout-mthp/64K", "elapsed_s": 1.0,
-                             "tlb_shootdown_irqs": None,
-                             "counters": {"tlbi/all": tlbi, "dsb/all": dsb,
-                                          "tlb_flush/total": 0}}
+    def rep(tlbi, dsb):
+        return {"experiment": "pageout-mthp/64K", "elapsed_s": 1.0,
+                "tlb_shootdown_irqs": None,
+                "counters": {"tlbi/all": tlbi, "dsb/all": dsb, "tlb_flush/total": 0}}
     doc = {"meta": {"date": "d", "host": "h", "mode": "tcg", "quick": False, "reps": 1,
                     "kernels": {k: {"release": "6.12.117"} for k in ARM64},
                     "baseline": "vanilla-arm64",

@@ -39,8 +39,9 @@ def test_every_boot_runs_the_same_programs_in_the_same_order():
     program: the off boot runs a program without a switch too."""
     exps = suite.select(["hugetlb-hvo"])
     assert [e.switch for e in exps] == [None, "hvo_flush"]
-    order = lambda script: [ln.split("UNFLUSH-BEGIN ")[1].split()[0]
-                            for ln in script.splitlines() if "UNFLUSH-BEGIN " in ln]
+    def order(script):
+        return [ln.split("UNFLUSH-BEGIN ")[1].split()[0]
+                for ln in script.splitlines() if "UNFLUSH-BEGIN " in ln]
     van = bench.guest_script(exps, "vanilla", quick=False)
     off = bench.guest_script(exps, "patched", quick=False, switches_off=True)
     assert order(van) == order(off) == ["hugetlb-hvo/hvo=0", "hugetlb-hvo/hvo=1"]
@@ -82,7 +83,8 @@ def test_hugetlb_phases_are_separate_experiments():
 
 
 def test_report_medians_and_ratio(tmp_path):
-    reps = lambda xs: [json.loads(rec("x", t, i, nr_tlb_remote_flush=i)[15:]) for t, i in xs]
+    def reps(xs):
+        return [json.loads(rec("x", t, i, nr_tlb_remote_flush=i)[15:]) for t, i in xs]
     doc = {"meta": {"date": "d", "host": "h", "mode": "tcg", "quick": True, "reps": 3,
                     "kernels": {"vanilla": {"release": "6.12.117"}}, "series": []},
            "experiments": {"swap-loop": {"vanilla": reps([(1.0, 10), (2.0, 20), (3.0, 30)]),
@@ -94,7 +96,8 @@ def test_report_medians_and_ratio(tmp_path):
 
 
 def test_report_has_switch_on_off_ratio(tmp_path):
-    reps = lambda xs: [json.loads(rec("x", t, i, nr_tlb_remote_flush=i)[15:]) for t, i in xs]
+    def reps(xs):
+        return [json.loads(rec("x", t, i, nr_tlb_remote_flush=i)[15:]) for t, i in xs]
     doc = {"meta": {"date": "d", "host": "h", "mode": "tcg", "quick": True, "reps": 1,
                     "kernels": {"vanilla": {"release": "6.12.117"}}, "series": []},
            "experiments": {"swap-loop": {"vanilla": reps([(2.0, 40)]),
@@ -227,7 +230,8 @@ def test_spread_verdict_needs_ranges_apart():
 
 
 def test_report_lists_costs_outside_the_spread(tmp_path):
-    reps = lambda xs: [json.loads(rec("x", t, 1, nr_tlb_remote_flush=i)[15:]) for t, i in xs]
+    def reps(xs):
+        return [json.loads(rec("x", t, 1, nr_tlb_remote_flush=i)[15:]) for t, i in xs]
     doc = {"meta": {"date": "d", "host": "h", "mode": "tcg", "quick": True, "reps": 2,
                     "kernels": {"vanilla": {"release": "6.12.117"}}, "series": []},
            "experiments": {
@@ -254,7 +258,8 @@ def test_report_lists_costs_outside_the_spread(tmp_path):
 def test_report_judges_each_mechanism_against_itself_switched_off(tmp_path):
     """LUF's targets are "within the spread of LUF switched off": patched
     is judged against patched/luf=0 too, even in a run without vanilla."""
-    reps = lambda ts: [json.loads(rec("x", t, 1)[15:]) for t in ts]
+    def reps(ts):
+        return [json.loads(rec("x", t, 1)[15:]) for t in ts]
     doc = {"meta": {"date": "d", "host": "h", "mode": "tcg", "quick": True, "reps": 2,
                     "kernels": {"patched": {"release": "6.12.117"}}, "series": []},
            "experiments": {
@@ -291,7 +296,8 @@ def test_a_phase_belongs_to_the_longest_id_that_names_it():
 
 
 def test_report_says_when_there_is_no_spread(tmp_path):
-    reps = lambda xs: [json.loads(rec("x", t, 1)[15:]) for t in xs]
+    def reps(xs):
+        return [json.loads(rec("x", t, 1)[15:]) for t in xs]
     doc = {"meta": {"date": "d", "host": "h", "mode": "tcg", "quick": True, "reps": 1,
                     "kernels": {"vanilla": {"release": "6.12.117"}}, "series": []},
            "experiments": {"swap-loop": {"vanilla": reps([1.0]), "patched": reps([2.0])}},
@@ -303,7 +309,7 @@ def icount_reps(own, elapsed=None):
     """Repetitions of an --icount run: vCPU 0's instructions per operation
     from @own, guest seconds from @elapsed (1.0 each if not given)."""
     out = []
-    for o, t in zip(own, elapsed or [1.0] * len(own)):
+    for o, t in zip(own, elapsed or [1.0] * len(own), strict=True):
         r = json.loads(rec("x", t, 0)[15:])
         r["counters"]["insns/vcpu0_per_op"] = o
         out.append(r)

@@ -580,8 +580,9 @@ def test_tr_shim_draws_run_vmtests_rules(tmp_path):
     assert shutil.which("busybox"), "busybox-static missing: run `python3 -m lab setup`"
     shim = tmp_path / "tr"
     shim.write_text(safety.TR_SHIM)
-    tr = lambda text, *args: subprocess.run(["sh", str(shim), *args], input=text,
-                                            capture_output=True, text=True).stdout
+    def tr(text, *args):
+        return subprocess.run(["sh", str(shim), *args], input=text,
+                              capture_output=True, text=True).stdout
     assert tr("running ./soft-dirty", "[:graph:][:space:]", "-") == "-" * 20
     assert tr("a\nb\n", "\\n", " ") == "a b "
     assert safety.TR_SHIM in safety.SELFTEST_SCRIPT

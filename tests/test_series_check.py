@@ -15,6 +15,8 @@ import pytest
 from lab import cover_letter, paths, series_check, tree
 from lab.errors import LabError
 
+# Its trailing blanks, which checkpatch must find, are written \x20: an editor
+# that strips trailing whitespace would take them away unseen.
 BAD = """\
 From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
 From: unflush developers <unflush@example.org>
@@ -33,8 +35,8 @@ diff --git a/mm/memory.c b/mm/memory.c
  #include "pgalloc-track.h"
  #include "internal.h"
  #include "swap.h"
-+int  unflush_bad_style=1; 
- 
++int  unflush_bad_style=1;\x20
+\x20
  #if defined(LAST_CPUPID_NOT_IN_PAGE_FLAGS) && !defined(CONFIG_COMPILE_TEST)
  #warning Unfortunate NUMA and NUMA Balancing config, growing page-frame for last_cpupid.
 """

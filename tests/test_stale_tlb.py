@@ -3,8 +3,9 @@
 A reader thread alone on one vCPU keeps reading read-only pages while a
 helper process takes them away (reclaim, migration, anon swap-out of 4K
 pages and of 32K folios, the latter through the series' batched unmap and
-its deferred range flush) and fills the freed pages with a canary.  On a correct kernel the reader never
-sees anything but the pages' own data; on the `broken` kernel
+its deferred range flush) and fills the freed pages with a canary.  On a
+correct kernel the reader never sees anything but the pages' own data; on
+the `broken` kernel
 (patches/testing/: no TLB flush for read-only PTEs) it must see the canary.
 A safety test that has never failed proves nothing, so both are asserted.
 """

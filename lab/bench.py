@@ -29,11 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab import build, datadisk, insnprof, paths, report, suite, tree, vm
+from lab import build, datadisk, insnprof, llama, paths, report, suite, tree, vm
 from lab.errors import LabError
 from lab.progress import say
 
 SWITCH_DIR = "/sys/kernel/mm/tlb_batching"
+DATA_DISKS = {"models": datadisk.ensure, "llama": llama.data_disk}
 FORMAT_VERSION = 1
 
 
@@ -143,6 +144,9 @@ def main(args):
             print(f"{e.id:32} seed {e.seed}  group {e.group:8} {e.command}")
         return 0
     experiments = suite.select(args.experiment)
+    if (args.model or args.llama) and not args.host:
+        raise LabError("--model and --llama are for --host runs: the VM runs the "
+                       "lab's own models", exit_code=2)
     if not args.host:
         experiments = for_arm64(experiments, args.kernels, bool(args.experiment))
     reps = args.reps if args.reps is not None else (1 if args.quick else 3)
@@ -151,7 +155,8 @@ def main(args):
     out = Path(args.out) if args.out else paths.results_dir() / time.strftime("%Y%m%d-%H%M%S")
     if args.host:
         from lab import host
-        results, failures, meta = host.run(experiments, reps, args.quick)
+        results, failures, meta = host.run(experiments, reps, args.quick,
+                                           host.llama_args(experiments, args))
     else:
         results, failures, meta = run_vms(args, experiments, reps)
     doc = {
@@ -245,7 +250,7 @@ class VMRunner:
         base = group.quick_shape if self.quick else group.shape
         shape = vm.VMShape(**{**base.__dict__, "icount": self.icount})
         if group.needs_data_disk:
-            shape.data_disk = datadisk.ensure(self.quick)
+            shape.data_disk = DATA_DISKS[group.data_disk](self.quick)
         self.shapes[group_name] = shape.describe()
         return shape
 

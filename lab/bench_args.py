@@ -20,6 +20,12 @@ def add(p):
                    help="time in instructions: -icount shift=0, one host thread")
     p.add_argument("--host", action="store_true",
                    help="run the programs on this machine's running kernel, no VM")
+    p.add_argument("--model", action="append", metavar="PATH",
+                   help="with --host: a GGUF model for llama-tiering (give it three "
+                        "times: one inference per model, all at once)")
+    p.add_argument("--llama", metavar="PATH",
+                   help="with --host: llama.cpp's llama-simple for llama-tiering "
+                        "(default: the lab's own build)")
     p.add_argument("--no-build", action="store_true",
                    help="use the kernels already built")
     p.add_argument("-o", "--out", help="results directory (default results/<timestamp>)")

@@ -43,18 +43,27 @@ def host_files(quick):
 
 
 def ensure(quick):
-    """The ext2 image, made once per size."""
+    """The image of the model files, made once per size."""
     mib = FILE_MIB[quick]
-    image = paths.work_dir() / "data" / f"models-{FILES}x{mib}M.ext2"
+
+    def populate(folder):
+        for i in range(FILES):
+            _fill(Path(folder) / f"model{i}", mib)
+
+    return image(f"models-{FILES}x{mib}M", populate, what=f"{FILES} x {mib} MiB")
+
+
+def image(name, populate, what):
+    """build/data/<name>.ext2, made once: populate(folder) writes the files."""
+    image = paths.work_dir() / "data" / f"{name}.ext2"
     if image.exists():
         return image
     image.parent.mkdir(parents=True, exist_ok=True)
     prog = Progress("data disk")
-    prog.update(f"writing {FILES} x {mib} MiB", force=True)
+    prog.update(f"writing {what}", force=True)
     with tempfile.TemporaryDirectory(dir=image.parent) as tmp:
-        for i in range(FILES):
-            _fill(Path(tmp) / f"model{i}", mib)
-        size_mib = FILES * mib + 64
+        populate(tmp)
+        size_mib = sum(f.stat().st_size for f in Path(tmp).iterdir()) // (1 << 20) + 64
         # a name of its own: two lab commands may make the image at once,
         # and the rename is atomic (a guest already using it keeps its copy)
         tmp_image = image.with_name(f"{image.name}.{os.getpid()}.tmp")

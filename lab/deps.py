@@ -11,8 +11,11 @@ its package is downloaded and unpacked into the lab's cache
 (arm64_busybox()).  Python packages: pytest (the test runner),
 matplotlib (the report's plots), docutils (check-series reads the series'
 .rst files) and ruff (the linter of pyproject.toml, which tests/test_lint.py
-runs), pinned: a newer release may find what this one does not.  Only what
-is missing, or at another version than its pin, is installed.
+runs), pinned: a newer release may find what this one does not.
+llama-tiering builds llama.cpp with cmake and writes its models with PyPI's
+gguf package, which Debian does not have: pip installs it into the lab's
+cache (lab/llama.py's gguf_dir()).  Only what is missing, or at another
+version than its pin, is installed.
 """
 
 import importlib.metadata
@@ -24,12 +27,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lab import paths
+from lab import llama, paths
 from lab.errors import LabError
 from lab.progress import say
 
 APT_PACKAGES = [
     "linux-source-6.12",
+    # llama-tiering: llama.cpp's build, pip for its source and gguf
+    "cmake", "python3-pip",
     # kernel build
     "build-essential", "bc", "flex", "bison", "libelf-dev", "libssl-dev",
     "dwarves", "ccache", "cpio", "xz-utils", "git", "rsync",
@@ -173,6 +178,16 @@ def setup():
     if py:
         pip = [PY_PACKAGES[m][0] for m in py]
         _run([sys.executable, "-m", "pip", "install", "-q", *pip_args, *pip], " ".join(pip))
-    done = apt + busybox + py
+    gguf = []
+    if not llama.gguf_dir().is_dir():
+        gguf = [f"gguf=={llama.GGUF_VERSION}"]
+        tmp = llama.gguf_dir().with_name(llama.gguf_dir().name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        # --target: Debian's python3 refuses installs into itself (PEP 668)
+        _run([sys.executable, "-m", "pip", "install", "-q", "--target", str(tmp), *gguf],
+             gguf[0])
+        tmp.rename(llama.gguf_dir())
+    done = apt + busybox + py + gguf
     say("lab: setup: all dependencies present" if not done
         else f"lab: setup: installed {' '.join(done)}")

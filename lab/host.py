@@ -22,6 +22,7 @@ always use the real ones.
 import contextlib
 import os
 import shutil
+import shlex
 import signal
 import socket
 import subprocess
@@ -292,9 +293,40 @@ def program_env():
     return dict(os.environ, PATH=f"{guest_bin}:{os.environ['PATH']}")
 
 
-def script(exp, config, quick, data, perf, perf_out):
+def llama_args(experiments, args):
+    """llama-tiering's arguments on this machine: the user's --model files
+    (seed 001's own setting: no memory cgroup, the machine's DRAM is the
+    limit) and llama-simple, --llama or the lab's build; None if the run
+    has no llama-tiering.  Refuses missing files."""
+    if not any(e.id == "llama-tiering" for e in experiments):
+        return None
+    models = args.model or []
+    if not models:
+        raise LabError("llama-tiering on the host needs your models: give --model PATH "
+                       "three times (GGUF files larger together than the fast "
+                       "node's memory), or leave it out with -e", exit_code=2)
+    for m in models:
+        if not Path(m).is_file():
+            raise LabError(f"--model {m}: no such file", exit_code=2)
+    if args.llama:
+        binary = Path(args.llama)
+        if not (binary.is_file() and os.access(binary, os.X_OK)):
+            raise LabError(f"--llama {binary}: not an executable llama-simple "
+                           f"(llama.cpp's examples/simple)", exit_code=2)
+    else:
+        from lab import llama
+        binary = llama.build()
+    return (f"--llama {shlex.quote(str(Path(binary).resolve()))} --models "
+            + shlex.quote(",".join(str(Path(m).resolve()) for m in models))
+            + " --memcg-limit 0")
+
+
+def script(exp, config, quick, data, perf, perf_out, llama=None):
     """One experiment in one configuration, bracketed like a boot's."""
-    command = exp.command + " --reps 1" + (" --quick" if quick else "")
+    command = exp.command
+    if exp.id == "llama-tiering":
+        command = f"llama-tiering {llama}"
+    command += " --reps 1" + (" --quick" if quick else "")
     if perf:
         command = f"perf stat -x, -o {perf_out} -e {','.join(perf)} -- {command}"
     text = "\n".join(bench._bracket(exp.id, config, command)) + "\n"
@@ -314,12 +346,13 @@ def fold(text, exp, rnd, counts, results, failures):
             results.setdefault(key, {}).setdefault(config, []).extend(recs)
 
 
-def run(experiments, reps, quick):
+def run(experiments, reps, quick, llama=None):
     """Every experiment in every configuration, @reps rounds: (results,
-    failures, meta) as a VM bench makes them."""
+    failures, meta) as a VM bench makes them.  @llama: llama_args()."""
     check_machine()
     env = program_env()
-    needs_data = any(suite.GROUPS[e.group].needs_data_disk for e in experiments)
+    needs_data = any(suite.GROUPS[e.group].needs_data_disk and
+                     suite.GROUPS[e.group].data_disk == "models" for e in experiments)
     data = datadisk.host_files(quick) if needs_data else None
     perf, perf_note = perf_state()
     if perf_note:
@@ -355,7 +388,8 @@ def run(experiments, reps, quick):
                         settings.set(switch_dir() / switch, value)
                     perf_out = Path(tmp) / "perf.csv"
                     perf_out.unlink(missing_ok=True)
-                    text = run_script(script(exp, name, quick, data, perf, perf_out), env)
+                    text = run_script(script(exp, name, quick, data, perf, perf_out,
+                                             llama), env)
                     sys.stderr.write("".join(ln + "\n" for ln in text.splitlines()
                                              if not ln.startswith("UNFLUSH-")))
                     counts = parse_perf(_read(perf_out) or "") if perf else None

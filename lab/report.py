@@ -590,20 +590,23 @@ def make_plots(out, doc):
         fig.savefig(out / "munmap-folio-size.png", dpi=90)
         plt.close(fig)
         plots["munmap-folio-size"] = [("munmap by folio size", "munmap-folio-size.png")]
-    tiering = exps.get("ro-reclaim-tiering", {})
-    if any(r.get("tlb_irq_series") for reps in tiering.values() for r in reps):
+    # seed 001's workload, imitated and real: shootdowns over time
+    for exp_id in ("ro-reclaim-tiering", "llama-tiering"):
+        tiering = exps.get(exp_id, {})
+        if not any(r.get("tlb_irq_series") for reps in tiering.values() for r in reps):
+            continue
         fig, ax = plt.subplots(figsize=(7, 4))
         for i, config in enumerate(config_order(tiering, baseline(doc))):
             for j, rep in enumerate(tiering[config]):
                 series = rep.get("tlb_irq_series") or []
                 ax.plot([t for t, _ in series], [v for _, v in series], color=f"C{i}",
                         alpha=1.0 if j == 0 else 0.4, label=config if j == 0 else None)
-        ax.set_title("ro-reclaim-tiering: TLB shootdowns during the run")
+        ax.set_title(f"{exp_id}: TLB shootdowns during the run")
         ax.set_xlabel("guest seconds")
         ax.set_ylabel("shootdown interrupts (cumulative)")
         ax.legend()
         fig.tight_layout()
-        fig.savefig(out / "ro-reclaim-tiering.png", dpi=90)
+        fig.savefig(out / f"{exp_id}.png", dpi=90)
         plt.close(fig)
-        plots["ro-reclaim-tiering"] = [("shootdowns over time", "ro-reclaim-tiering.png")]
+        plots[exp_id] = [("shootdowns over time", f"{exp_id}.png")]
     return plots

@@ -17,6 +17,7 @@ from lab.errors import LabError
 
 FOLIO_SIZES = ["4K", "16K", "32K", "64K", "128K", "256K", "512K", "1024K"]
 MODEL_FILES = "/data/model0,/data/model1,/data/model2"
+LLAMA_MODELS = "/data/model0.gguf,/data/model1.gguf,/data/model2.gguf"
 # ext2 on a zram device of its own at /scratch: the data disk is read-only
 SCRATCH = "unflush.scratch=512M"
 # pages a second for luf-cost's paced load: half the slowest rate vanilla's
@@ -39,6 +40,7 @@ class Group:
     shape: vm.VMShape
     quick_shape: vm.VMShape
     needs_data_disk: bool = False
+    data_disk: str = "models"   # which one: lab/datadisk.py's, or "llama" (lab/llama.py)
     experiments: list = field(default_factory=list)
 
 
@@ -63,6 +65,11 @@ GROUPS = {
                       vm.VMShape(cpus=3, mem="1G", node1="1G", zram="512M",
                                  append=SCRATCH, timeout=900),
                       needs_data_disk=True),
+    # Seed 001's own workload: llama.cpp's llama-simple runs 4 threads (its
+    # default, not settable), so 4 vCPUs; only page cache, no swap.
+    "llama": Group("llama", vm.VMShape(cpus=4, mem="2G", node1="2G", timeout=3600),
+                   vm.VMShape(cpus=4, mem="1G", node1="1G", timeout=900),
+                   needs_data_disk=True, data_disk="llama"),
     # hugetlb vmemmap optimisation: its flushes go to every CPU.
     "hugetlb": Group("hugetlb", vm.VMShape(cpus=4, mem="3G", timeout=1800),
                      vm.VMShape(cpus=4, mem="1G", timeout=600)),
@@ -109,6 +116,9 @@ def _experiments():
         out.append(Experiment(f"luf-cost/{what}/paced",
                               f"luf-cost {what} --threads 2 --load-rate {PACED_LOAD_RATE} "
                               f"--files {MODEL_FILES}", "luf-cost", "luf", "001"))
+    # the real thing: three llama.cpp inferences over mmapped GGUF models
+    out.append(Experiment("llama-tiering", f"llama-tiering --llama /data/llama-simple "
+                          f"--models {LLAMA_MODELS}", "llama", "luf", "001"))
     for hvo in (0, 1):
         out.append(Experiment(f"hugetlb-hvo/hvo={hvo}",
                               f"hugetlb-hvo --hvo {hvo}", "hugetlb",

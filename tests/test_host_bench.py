@@ -95,10 +95,10 @@ def switch_values(root):
     return {p.name: p.read_text().strip() for p in sorted(folder.iterdir())}
 
 
-def bench_args(out, *exps, reps=2):
+def bench_args(out, *exps, reps=2, model=None, llama=None):
     return argparse.Namespace(list=False, experiment=list(exps), reps=reps, quick=True,
                               out=str(out), host=True, kernels="vanilla,patched",
-                              icount=False, no_build=True)
+                              icount=False, no_build=True, model=model, llama=llama)
 
 
 def expected_values(config):

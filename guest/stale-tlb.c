@@ -42,6 +42,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "ktap.h"
 #include "unflush.h"
 
 static const char usage[] =
@@ -91,8 +92,10 @@ static const char usage[] =
 "longer mapped the old page after the take-away), reused_pages (old pages\n"
 "that became canary pages), expected_pages, missed_trials; anon-32k:\n"
 "large_trials (trials whose pages were whole, aligned 32K runs of PFNs).\n"
-"Exit 0: no violation; 1: violations (result printed), or a precondition\n"
-"failed (no result); 2: usage.\n";
+"KTAP (lib/ktap.h): one test, stale-tlb/<mode>, after the result line.\n"
+"Exit 0: no violation; 1: violations, or a precondition failed (no result\n"
+"line; the test's KTAP line says why); 4: skipped, migrate on a machine\n"
+"with one NUMA node; 2: usage.\n";
 
 #define MAX_FILES	8
 
@@ -335,13 +338,15 @@ int main(int argc, char **argv)
 	if (!r.trials)
 		r.trials = args.quick ? 300 : 3000;
 	snprintf(name, sizeof(name), "stale-tlb/%s", mode_names[mode]);
+	ktap_plan(1);
+	ktap_test("%s", name);
 
 	/* preconditions */
 	attack_cpus(&main_cpu, &reader_cpu);
 	if (mode == MIGRATE) {
 		r.nnodes = node_list("has_memory", r.nodes, 8);
 		if (r.nnodes < 2)
-			die(1, "migrate needs 2 NUMA nodes with memory, this machine has %d; boot the guest with a second node (python3 -m lab run --node1 512M)",
+			ktap_skip_exit("migrate needs 2 NUMA nodes with memory, this machine has %d; boot the guest with a second node (python3 -m lab run --node1 512M)",
 			    r.nnodes < 0 ? 0 : r.nnodes);
 	}
 	if (mode >= ANON) {
@@ -434,6 +439,6 @@ int main(int argc, char **argv)
 	attack_switch_checks(&checks);
 	report_result(name, "threads", 0, &p, &extra, &checks);
 	phase_free(&p);
-	fflush(stdout);
-	return violations ? 1 : 0;
+	ktap_result(!violations);
+	return ktap_status();
 }

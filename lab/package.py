@@ -137,25 +137,34 @@ def make_packages(config, jobs=None, out=None):
         tree.ensure_patched()
         configure_debian(where)
     src = tree.patched_dir()
-    # bindeb-pkg leaves its packages in the object tree's parent: the tree
-    for old in src.glob("*.deb"):
-        old.unlink()
     kernel = build.compile_dir(src, where, f"package {config}", jobs,
                                target="bindeb-pkg", localversion=LOCALVERSIONS[config])
     out = Path(out) if out else out_dir(config)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    debs = sorted(src.glob("*.deb"))
-    if not any(d.name.startswith(f"linux-image-{kernel.release}_") for d in debs):
+    made = made_files(where)
+    if not any(name.startswith(f"linux-image-{kernel.release}_") for name in made):
         raise LabError(f"bindeb-pkg made no linux-image-{kernel.release} package "
                        f"(log: {where / 'build.log'})")
-    for deb in debs:
-        shutil.move(str(deb), out / deb.name)
-    for extra in [*src.glob("linux-upstream_*.buildinfo"),
-                  *src.glob("linux-upstream_*.changes")]:
-        extra.unlink()
+    # bindeb-pkg leaves what it made in the object tree's parent, the kernel
+    # tree: the packages go to `out`, the upload's records away
+    for name in made:
+        if name.endswith(".deb"):
+            shutil.move(str(src / name), out / name)
+        else:
+            (src / name).unlink(missing_ok=True)
     return out, kernel.release
+
+
+def made_files(where):
+    """The files bindeb-pkg made in `where`'s parent, as debian/files lists
+    them (and the .changes beside them), so that another package build's
+    files there are left alone."""
+    listed = [line.split()[0] for line in
+              (where / "debian" / "files").read_text().splitlines() if line.strip()]
+    return listed + [n.removesuffix(".buildinfo") + ".changes"
+                     for n in listed if n.endswith(".buildinfo")]
 
 
 def main(args):

@@ -161,6 +161,27 @@ def _finish(block, status, why):
     return test
 
 
+def ktap_result(line):
+    """One KTAP result line, "ok 3 name # SKIP why": (number, name, status,
+    reason), status pass, fail or skip (XFAIL, XPASS and TODO pass); None
+    for any other line.  The one reader of KTAP results, for the kernel's
+    selftests and the lab's own programs (guest/lib/ktap.h) alike."""
+    m = SUB_RESULT.match(line)
+    if not m:
+        return None
+    rest = m.group(3)
+    d = DIRECTIVE.match(rest)
+    desc, directive, text = (d.group(1), d.group(2).upper(), d.group(3)) if d \
+        else (rest.split(" # ")[0], "", rest.partition(" # ")[2].strip())
+    if directive == "SKIP":
+        status = "skip"
+    elif directive in ("XFAIL", "XPASS", "TODO"):
+        status = "pass"
+    else:
+        status = "pass" if m.group(1) == "ok" and directive != "ERROR" else "fail"
+    return int(m.group(2)), desc.strip(), status, text.strip()
+
+
 def _subtests(parent, lines):
     """The TAP results a program printed, named after the `[RUN]` line before
     them when there is one (cow.c prints the same result text for hundreds
@@ -173,20 +194,10 @@ def _subtests(parent, lines):
         if m := RUN_LINE.match(inner):
             run = m.group(1).strip()
             continue
-        m = SUB_RESULT.match(inner)
-        if not m:
+        result = ktap_result(inner)
+        if not result:
             continue
-        rest = m.group(3)
-        d = DIRECTIVE.match(rest)
-        desc, directive, text = (d.group(1), d.group(2).upper(), d.group(3)) if d \
-            else (rest.split(" # ")[0], "", rest.partition(" # ")[2].strip())
-        desc = desc.strip()
-        if directive == "SKIP":
-            status = "skip"
-        elif directive in ("XFAIL", "XPASS", "TODO"):
-            status = "pass"
-        else:
-            status = "pass" if m.group(1) == "ok" and directive != "ERROR" else "fail"
+        number, desc, status, text = result
         if run and desc and desc not in run:
             label = f"{run}: {desc}"
         else:
@@ -198,8 +209,8 @@ def _subtests(parent, lines):
             name = f"{name} [{seen[name]}]"
         # matched by TAP number: some names carry measurements
         # ("transact_test Extra pages 8 (0.0%)"), the numbering is fixed
-        out.append(Test(name, status, text.strip() if status != "pass" else "",
-                        key=f"{parent} #{m.group(2)}"))
+        out.append(Test(name, status, text if status != "pass" else "",
+                        key=f"{parent} #{number}"))
     return out, plan_skip
 
 
@@ -370,19 +381,25 @@ def parse_metrics_yaml(text):
 
 # --- stale-tlb and luf-hazards ------------------------------------------------
 
-# the line the suite's script echoes after each mode: tag, mode, exit status
+# the line the suite's script echoes after each mode of a program that
+# prints no KTAP (luf-hazards): tag, mode, exit status
 TRIALS_EXIT = re.compile(r"^(SAFETY-\S+-EXIT) (\S+) (\d+)$")
+# the exit status kselftest gives each KTAP result (KSFT_PASS, _FAIL, _SKIP)
+KTAP_EXIT = {"pass": 0, "fail": 1, "skip": 4}
 
 
-def parse_trials(output, program, modes, exit_tag):
+def parse_trials(output, program, modes, exit_tag=None):
     """Per mode of a guest program that runs trials against a reader
     (guest/stale-tlb, guest/luf-hazards): trials run, violations seen, exit
     status, and for luf-hazards the folios it saw unmapped lazily and the
     trials the kernel refused to make lazy.
 
-    A violation line is printed the moment the reader sees the wrong data,
-    so it counts even if the guest died before the program reported; a mode
-    with no exit line did not finish (exit -1)."""
+    stale-tlb reports each mode as a KTAP test, <program>/<mode>, whose
+    result gives the exit status and its reason; luf-hazards' modes are
+    followed by an @exit_tag line.  A violation line is printed the moment
+    the reader sees the wrong data, so it counts even if the guest died
+    before the program reported; a mode with no result did not finish
+    (exit -1)."""
     out = {m: {"trials": 0, "violations": 0, "exit": -1, "message": "", "first": ""}
            for m in modes}
     last = {}
@@ -404,6 +421,11 @@ def parse_trials(output, program, modes, exit_tag):
             else:
                 out[mode]["violations"] += 1
                 out[mode]["first"] = out[mode]["first"] or rest[:200]
+        elif (r := ktap_result(line)) and r[1].startswith(program + "/"):
+            mode = r[1].removeprefix(program + "/")
+            if mode in out:
+                out[mode]["exit"] = KTAP_EXIT[r[2]]
+                out[mode]["message"] = r[3]
         elif (m := TRIALS_EXIT.match(line)) and m.group(1) == exit_tag:
             if m.group(2) in out:
                 out[m.group(2)]["exit"] = int(m.group(3))
@@ -417,4 +439,4 @@ def parse_trials(output, program, modes, exit_tag):
 
 
 def parse_stale_tlb(output, modes):
-    return parse_trials(output, "stale-tlb", modes, "SAFETY-STALE-EXIT")
+    return parse_trials(output, "stale-tlb", modes)

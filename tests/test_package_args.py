@@ -81,3 +81,18 @@ def test_lab_package_without_a_patched_tree_says_what_to_do():
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("lab:")]
     assert proc.returncode != 0 and len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_only_the_files_this_build_listed_are_taken(tmp_path):
+    """bindeb-pkg writes into the kernel tree, where another configuration's
+    package build may be writing too: debian/files says which are ours."""
+    (tmp_path / "debian").mkdir()
+    (tmp_path / "debian" / "files").write_text(
+        "linux-image-6.12.117-unflush-lab_6.12.117-7_amd64.deb kernel optional\n"
+        "linux-libc-dev_6.12.117-7_amd64.deb devel optional\n"
+        "linux-upstream_6.12.117-7_amd64.buildinfo kernel optional\n")
+    assert package.made_files(tmp_path) == [
+        "linux-image-6.12.117-unflush-lab_6.12.117-7_amd64.deb",
+        "linux-libc-dev_6.12.117-7_amd64.deb",
+        "linux-upstream_6.12.117-7_amd64.buildinfo",
+        "linux-upstream_6.12.117-7_amd64.changes"]

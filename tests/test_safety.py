@@ -327,22 +327,30 @@ def test_summary_json_and_latest_link(tmp_path, monkeypatch):
 
 def test_stale_reads_and_unfinished_modes_fail_a_kernel():
     out = "\n".join([
+        "TAP version 13", "1..1",
         'UNFLUSH-RESULT {"experiment":"stale-tlb/reclaim","trials":100,"violations":0}',
-        "SAFETY-STALE-EXIT reclaim 0",
+        "ok 1 stale-tlb/reclaim",
+        "TAP version 13", "1..1",
         'UNFLUSH-VIOLATION {"experiment":"stale-tlb/migrate","kind":"canary","trial":7}',
         'UNFLUSH-RESULT {"experiment":"stale-tlb/migrate","trials":8,"violations":1}',
-        "SAFETY-STALE-EXIT migrate 1",
-        "stale-tlb: needs 2 usable CPUs",      # anon: died, no exit line
+        "not ok 1 stale-tlb/migrate",
+        "TAP version 13", "1..1",
+        "stale-tlb: needs 2 usable CPUs",      # anon: killed, no result line
+        "TAP version 13", "1..1",
+        "ok 1 stale-tlb/anon-32k # SKIP no swap: boot the guest with zram",
     ])
     stale = parse.parse_stale_tlb(out, safety.STALE_TLB_MODES)
     assert stale["reclaim"] == {"trials": 100, "violations": 0, "exit": 0,
                                 "message": "", "first": ""}
     assert stale["migrate"]["violations"] == 1 and stale["migrate"]["exit"] == 1
     assert stale["anon"]["exit"] == -1 and stale["anon"]["trials"] == 0
+    # a mode the guest could not run is a skip (exit 4, as kselftest's), not a pass
+    assert stale["anon-32k"]["exit"] == 4 and "no swap" in stale["anon-32k"]["message"]
     kr = kernel_run("patched", MMAP)
     kr.stale = stale
     entry = safety.summarize(kr)
     assert entry["stale_tlb"]["trials"] == 108 and entry["stale_tlb"]["violations"] == 1
+    assert any(p.startswith("stale-tlb anon-32k: exit 4: no swap") for p in entry["problems"])
     assert not entry["ok"]
     assert any("stale-tlb migrate: 1 reads" in p for p in entry["problems"])
     assert any("stale-tlb anon: exit -1" in p for p in entry["problems"])

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ktap.h"
 #include "unflush.h"
 
 bool parse_list(const char *text, bool *set, int max)
@@ -118,6 +119,7 @@ void pin_main(int cpu)
 	if (worker == 0) {
 		/* if the parent is killed, clean up and go too */
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		ktap_adopt();
 		return;
 	}
 	/* the worker restores what it changed: let it finish doing so */

@@ -59,7 +59,8 @@ bool swapped_entry(uint64_t e);
 
 /* --- util.c: errors, time, argument parsing --- */
 
-/* "<prog>: <message>" on stderr, then exit(code): 2 for usage, 1 otherwise. */
+/* "<prog>: <message>" on stderr, then exit(code): 2 for usage, 1 otherwise;
+ * a KTAP test running (ktap.h) gets "not ok" with the message first. */
 void die(int code, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3), noreturn));
 void usage_error(const char *fmt, ...)

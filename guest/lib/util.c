@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ktap.h"
 #include "unflush.h"
 
 /* "<prog>: <message><tail>" as one line on stderr. */
@@ -23,6 +24,9 @@ void die(int code, const char *fmt, ...)
 {
 	va_list ap;
 
+	va_start(ap, fmt);
+	ktap_died(fmt, ap);
+	va_end(ap);
 	va_start(ap, fmt);
 	say("", fmt, ap);
 	va_end(ap);

@@ -1,0 +1,75 @@
+"""guest/lib/ktap.c, the KTAP lines of the guest programs that pass or
+fail, built on the host with a small driver and read back by the lab's one
+KTAP reader (lab/safety_parse.py)."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from lab import paths, safety_parse
+
+DRIVER = r"""
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "ktap.h"
+
+static void died(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	ktap_died(fmt, ap);
+	va_end(ap);
+}
+
+int main(int argc, char **argv)
+{
+	const char *how = argc > 1 ? argv[1] : "";
+
+	ktap_plan(1);
+	ktap_test("demo/%s", how);
+	if (!strcmp(how, "skip"))
+		ktap_skip_exit("needs %d NUMA nodes", 2);
+	if (!strcmp(how, "died")) {
+		if (fork() == 0) {	/* a helper's death is not the test's */
+			died("helper");
+			_exit(1);
+		}
+		died("no file to read");
+		return 1;
+	}
+	ktap_result(!strcmp(how, "pass"));
+	return ktap_status();
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    cc = shutil.which("gcc") or pytest.fail("gcc missing: run `make setup`")
+    tmp = tmp_path_factory.mktemp("ktap")
+    (tmp / "demo.c").write_text(DRIVER)
+    lib = paths.GUEST_SRC / "lib"
+    subprocess.run([cc, "-Wall", "-Wextra", "-Werror", f"-I{lib}", "-o", str(tmp / "demo"),
+                    str(tmp / "demo.c"), str(lib / "ktap.c")], check=True)
+    return tmp / "demo"
+
+
+@pytest.mark.parametrize("how, status, exit_code, reason", [
+    ("pass", "pass", 0, ""),
+    ("fail", "fail", 1, ""),
+    ("skip", "skip", 4, "needs 2 NUMA nodes"),
+    ("died", "fail", 1, "no file to read"),
+])
+def test_each_verdict_is_one_ktap_line_and_its_exit_status(demo, how, status,
+                                                           exit_code, reason):
+    proc = subprocess.run([str(demo), how], capture_output=True, text=True)
+    assert proc.returncode == exit_code, proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[:2] == ["TAP version 13", "1..1"], lines
+    results = [r for r in map(safety_parse.ktap_result, lines[2:]) if r]
+    assert results == [(1, f"demo/{how}", status, reason)], lines
+    assert safety_parse.KTAP_EXIT[status] == exit_code

@@ -107,6 +107,8 @@ def summary(values):
 def fmt(x, name):
     if name == "elapsed_s":
         return f"{x:.4g}"
+    if 0 < abs(x) < 1:      # llama-tiering's tokens a second: 0.04, not 0.0
+        return f"{x:.3g}"
     return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
 
 

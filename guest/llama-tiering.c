@@ -166,24 +166,6 @@ static void wait_sampling(int fd, double t0, struct jbuf *series)
 	jb_printf(series, "]");
 }
 
-static int split_models(char *list, char **models, size_t *total)
-{
-	struct stat st;
-	int n = 0;
-
-	*total = 0;
-	for (char *f = strtok(list, ","); f; f = strtok(NULL, ",")) {
-		if (n == MAX_MODELS)
-			usage_error("at most %d models", MAX_MODELS);
-		if (stat(f, &st) || !S_ISREG(st.st_mode) || st.st_size == 0)
-			usage_error("--models: '%s' is not a readable, non-empty file",
-				    f);
-		models[n++] = f;
-		*total += st.st_size;
-	}
-	return n;
-}
-
 int main(int argc, char **argv)
 {
 	struct own_arg args[] = {
@@ -208,7 +190,7 @@ int main(int argc, char **argv)
 			    llama ? llama : "");
 	if (!args[1].value)
 		usage_error("--models is required, e.g. --models /data/a.gguf,/data/b.gguf");
-	nmodels = split_models(args[1].value, models, &total);
+	nmodels = split_file_list("--models", args[1].value, models, MAX_MODELS, &total);
 	tokens = arg_count(&args[2], 1, o.quick ? 4 : 8);
 	if (args[3].value && !strcmp(args[3].value, "0"))
 		limit = 0;

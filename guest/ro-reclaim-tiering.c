@@ -228,24 +228,6 @@ static long long evict(char **files, int nfiles)
 	return resident;
 }
 
-static int split_files(char *list, char **files, size_t *total)
-{
-	int n = 0;
-	struct stat st;
-
-	*total = 0;
-	for (char *f = strtok(list, ","); f; f = strtok(NULL, ",")) {
-		if (n == MAX_FILES)
-			usage_error("at most %d files", MAX_FILES);
-		if (stat(f, &st) || !S_ISREG(st.st_mode) || st.st_size == 0)
-			usage_error("--files: '%s' is not a readable, non-empty file",
-				    f);
-		files[n++] = f;
-		*total += st.st_size;
-	}
-	return n;
-}
-
 int main(int argc, char **argv)
 {
 	struct own_arg args[] = {
@@ -265,7 +247,7 @@ int main(int argc, char **argv)
 	run_opts_init(&o, usage, true);
 	parse_run_args(argc, argv, &o, args, 5);
 	if (args[0].value)
-		nfiles = split_files(args[0].value, files, &total);
+		nfiles = split_file_list("--files", args[0].value, files, MAX_FILES, &total);
 	procs = arg_count(&args[1], 1, 0);
 	threads = arg_count(&args[2], 1, 0);
 	passes = arg_count(&args[3], 1, 0);

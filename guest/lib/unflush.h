@@ -68,6 +68,11 @@ void usage_error(const char *fmt, ...)
 double now_s(void);
 /* "64K", "1G", "4096" -> bytes; dies with a usage error naming @opt. */
 unsigned long long parse_size(const char *opt, const char *arg);
+/* Splits @list ("a,b,c", modified) into @paths, at most @max; each must be
+ * a non-empty regular file, else a usage error naming @opt.  Returns how
+ * many, their sizes summed into @total. */
+int split_file_list(const char *opt, char *list, char **paths, int max,
+		    size_t *total);
 /* For getopt's '?': names the offending argument, exits 2. */
 void bad_option(char **argv) __attribute__((noreturn));
 long parse_count(const char *opt, const char *arg, long min);

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "ktap.h"
@@ -174,4 +175,23 @@ long arg_count(const struct own_arg *a, long min, long dflt)
 const char *shape_name(const struct run_opts *o)
 {
 	return o->threads ? "threads" : "single";
+}
+
+int split_file_list(const char *opt, char *list, char **paths, int max,
+		    size_t *total)
+{
+	struct stat st;
+	int n = 0;
+
+	*total = 0;
+	for (char *f = strtok(list, ","); f; f = strtok(NULL, ",")) {
+		if (n == max)
+			usage_error("%s: at most %d files", opt, max);
+		if (stat(f, &st) || !S_ISREG(st.st_mode) || st.st_size == 0)
+			usage_error("%s: '%s' is not a readable, non-empty file",
+				    opt, f);
+		paths[n++] = f;
+		*total += st.st_size;
+	}
+	return n;
 }

@@ -201,7 +201,7 @@ def _subtests(parent, lines):
         if run and desc and desc not in run:
             label = f"{run}: {desc}"
         else:
-            label = run or desc or f"#{m.group(2)}"
+            label = run or desc or f"#{number}"
         run = None
         name = f"{parent}: {label}"
         seen[name] = seen.get(name, 0) + 1

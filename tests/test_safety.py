@@ -602,3 +602,12 @@ def test_ksm_smart_scan_is_off_before_any_selftest_runs():
     script = safety.selftest_script(safety.selftest_categories(False), "vanilla")
     off = script.index("echo 0 >/sys/kernel/mm/ksm/smart_scan")
     assert off < script.index("\nrun_category ")
+
+
+def test_a_result_with_no_description_is_named_by_its_number():
+    out = ("SAFETY-CATEGORY-BEGIN mremap 1\n# running ./mremap_test\n1..2\n"
+           "# ok 1\n# ok 2 mremap expand\nok 1 mremap_test\n"
+           "SAFETY-CATEGORY-END mremap 0 2\n")
+    (t,) = parse.parse_vmtests(out)
+    assert [s.name for s in t.subtests] == ["mremap_test: #1",
+                                            "mremap_test: mremap expand"]

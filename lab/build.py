@@ -1,6 +1,6 @@
 """Configure and build the lab's kernels.
 
-Seven variants, from config fragments in config/:
+Eleven variants, from config fragments in config/:
 
   vanilla        build/vanilla  tinyconfig + lab.config
   patched        build/patched  tinyconfig + lab.config + series.config
@@ -19,6 +19,9 @@ Seven variants, from config fragments in config/:
   vanilla-arm64  build/vanilla  arm64, cross-compiled: tinyconfig + lab.config
   patched-arm64  build/patched  (+ series.config) + arm64.config; booted on
                                 QEMU's `virt` machine (lab/vm.py, ARCHES)
+  debug-arm64    build/patched  debug's fragments + arm64.config
+  vanilla-debug-arm64           vanilla-debug's fragments + arm64.config
+                 build/vanilla
 
 series.config holds the options only the series defines; vanilla's Kconfig
 would drop them and check_config() would rightly complain.
@@ -52,12 +55,15 @@ VARIANTS = {
     "patched-distro": ("patched", ["lab.config", "series.config", "distro.config"]),
     "vanilla-arm64": ("vanilla", ["lab.config", "arm64.config"]),
     "patched-arm64": ("patched", ["lab.config", "series.config", "arm64.config"]),
+    "debug-arm64": ("patched", ["lab.config", "series.config", "debug.config",
+                                "series-debug.config", "arm64.config"]),
+    "vanilla-debug-arm64": ("vanilla", ["lab.config", "debug.config", "arm64.config"]),
 }
 
 # Variants of another architecture than the host's x86-64, and how each is
 # cross-built: make's variables, the compiler, the Debian package that has
 # it, the image make builds and boots (relative to the build directory).
-ARCH_OF = {"vanilla-arm64": "arm64", "patched-arm64": "arm64"}
+ARCH_OF = {v: "arm64" for v in VARIANTS if v.endswith("-arm64")}
 ARCHES = {
     "arm64": (("ARCH=arm64", "CROSS_COMPILE=aarch64-linux-gnu-"),
               "aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu",

@@ -28,11 +28,11 @@ test: setup
 	$(PYTHON) -m pytest -ra -m 'not fast' $(TEST_ARGS) tests
 
 # The arm64 kernels, cross-built, booted on QEMU's virt machine; not part of
-# `test`, whose run they would lengthen by their two cold builds (README.md,
-# "arm64").
+# `test`, whose run they would lengthen by their three cold builds
+# (README.md, "arm64").
 test-arm64: setup
-	$(LAB) build vanilla-arm64 patched-arm64
-	$(PYTHON) -m pytest -ra --arm64 $(TEST_ARGS) tests/test_arm64.py
+	$(LAB) build vanilla-arm64 patched-arm64 debug-arm64
+	$(PYTHON) -m pytest -ra --arm64 $(TEST_ARGS) tests/test_arm64.py tests/test_arm64_luf.py
 
 # Debian packages (linux-image-...) of the series' kernel, into build/deb/.
 # DEB_CONFIG=lab: the patched kernel's config, a re-link of its build, what

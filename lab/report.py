@@ -505,8 +505,8 @@ def arm64_lines(meta):
         return []
     kpti = "; ".join(f"{k} {v}" for k, v in arm["kpti"].items())
     return [f"arm64 (QEMU `virt`, `-cpu {arm['cpu']}`; KPTI: {kpti}) has no shootdown "
-            "interrupt and no `nr_tlb_*`: a flush there is broadcast TLBI instructions "
-            "and the DSBs that wait for them. `tlbi/*` and `dsb/*` rows count them "
+            "interrupt and of the `nr_tlb_*` only LUF's: a flush there is broadcast TLBI "
+            "instructions and the DSBs that wait for them. `tlbi/*` and `dsb/*` rows count them "
             "exactly, per kind and per vCPU, in each program's measured phase, by a "
             "QEMU plugin independent of the kernel (docs/insn-profile.md); "
             "`tlb_flush/` (the tlb:tlb_flush tracepoint, fired only by x86) is not "

@@ -8,10 +8,10 @@ the virtio console as it reads x86's second serial port.
 Marked `arm64` (opt-in, conftest.py: `python3 -m pytest --arm64
 tests/test_arm64.py`, after `python3 -m lab build vanilla-arm64
 patched-arm64`): each kernel boots once, runs guest programs and reports.
-On patched-arm64 the series' switches must be there, less the ones arm64
-cannot have (luf: only x86 selects ARCH_HAS_LUF; hvo_flush: no HVO on arm64
-in 6.12), and there are no nr_tlb_* counters: they hang on
-CONFIG_DEBUG_TLBFLUSH, an x86-only option; nor a TLB row in
+On patched-arm64 the series' switches must be there, less the one arm64
+cannot have (hvo_flush: no HVO on arm64 in 6.12), and of the nr_tlb_*
+counters only LUF's (CONFIG_LUF): the others hang on CONFIG_DEBUG_TLBFLUSH,
+an x86-only option; nor is there a TLB row in
 /proc/interrupts, and the tlb:tlb_flush tracepoint exists but only x86
 fires it.  What does count there is the
 swap-out of anonymous large folios (pswpout, mthp/64kB/swpout), which goes
@@ -44,7 +44,8 @@ def test_arm64_variant_keeps_its_options(variant, tmp_path):
     assert config["CONFIG_ARM64"] == "y"
     assert config.get("CONFIG_TLB_BATCHING_SWITCHES", "n") == (
         "y" if variant == "patched-arm64" else "n")
-    assert config.get("CONFIG_LUF", "n") == "n"
+    assert config.get("CONFIG_LUF", "n") == (
+        "y" if variant == "patched-arm64" else "n")
 
 
 def arm64_kernel(tmp_path):
@@ -181,7 +182,7 @@ def guest_script(patched):
         "ls /data/model* | wc -l",
         "counters -- sh -c 'echo 1 > /proc/sys/vm/drop_caches'",
         f"ls {SWITCHES} 2>/dev/null | sed 's/^/switch /'",
-        "echo nr_tlb $(grep -c ^nr_tlb_ /proc/vmstat)",
+        "echo nr_tlb $(grep ^nr_tlb_ /proc/vmstat | grep -vc _luf_)",
         PAGEOUT,
     ]
     if patched:
@@ -213,15 +214,19 @@ def test_arm64_guest_runs_and_reports(variant, tmp_path):
     assert rec["exit"] == 0
     assert "pgfault" in rec["counters"]
     # arm64 has no TLB or CAL row in /proc/interrupts (its IPIs are IPI0..)
-    # and no nr_tlb_* (CONFIG_DEBUG_TLBFLUSH is x86's): the counters say so
-    # rather than report zeros
-    assert not any(k.startswith(("nr_tlb_", "irq/")) for k in rec["counters"])
+    # and of the nr_tlb_* only LUF's (CONFIG_DEBUG_TLBFLUSH is x86's): the
+    # counters say so rather than report zeros
+    assert not any(k.startswith("irq/") for k in rec["counters"])
+    luf = {k for k in rec["counters"] if k.startswith("nr_tlb_")}
+    assert all(k.startswith(("nr_tlb_luf_", "nr_tlb_flush_luf_")) for k in luf), luf
+    assert bool(luf) == patched, luf
     assert "nr_tlb 0" in lines
     assert rec["missing"] == ["nr_tlb_* (CONFIG_DEBUG_TLBFLUSH)",
                               "irq/TLB (/proc/interrupts)", "irq/CAL (/proc/interrupts)"]
 
     switches = {ln.split()[1] for ln in lines if ln.startswith("switch ")}
-    assert switches == ({"zap_ptes", "unmap_flush", "anon_unmap"} if patched else set())
+    assert switches == ({"zap_ptes", "unmap_flush", "anon_unmap", "luf"} if patched
+                        else set())
 
     results = [r for r in run.records("UNFLUSH-RESULT")
                if r["experiment"].startswith("pageout-mthp/64K")]

@@ -1,0 +1,108 @@
+"""LUF on arm64 (Documentation/mm/luf.rst, "arm64: one owed flush of
+everything", and H9).
+
+arm64's LUF stage issues no TLBI; the flush it owes is one TLBI VMALLE1IS.
+And arm64 requires break-before-make, so rule R8 flushes before any PTE is
+made valid in an mm with lazy work pending: every refault of a lazily
+unmapped page, every migration's remap, every contiguous-range install.
+
+On patched-arm64 the hazard modes an arm64 guest can run (none that needs
+node 1, which the lab's `virt` machine lacks, nor anon-move:
+luf_hazards.NOT_ON_ARM64) must pass with lazy trials, and R8 must have
+flushed.
+On debug-arm64 (KASAN, lockdep, the LUF checker) the same modes pass with no
+splat; with R8 switched off (disable_rules bit 5) the checker must catch an
+entry made valid over a lazy one under an ordinary workload, the debugger of
+guest/ptrace-poke; and a mode must fail only when both its own rule and R8
+are off: on arm64 R8 alone already protects the reader of cow and
+anon-write.
+
+Opt-in like every arm64 guest (`make test-arm64`, or pytest --arm64, after
+`python3 -m lab build patched-arm64 debug-arm64`).
+"""
+
+import pytest
+
+from lab import build, luf_hazards, vm
+from stale_reads import command, run_clean, run_to_violation, violations
+
+pytestmark = [pytest.mark.vm, pytest.mark.arm64]
+
+TRIALS = 50
+# disable_rules bits: 1 R3, 5 R8 (enum luf_rule)
+R3, R8 = 1 << 1, 1 << 5
+GROUPS = [pytest.param(g, id="-".join(g)) for g in luf_hazards.arm64_groups()]
+
+
+def lazy_and_clean(results, trials):
+    """Every mode passed with lazy trials; the R8 flushes of their runs."""
+    bbm = 0
+    for mode, rec in results.items():
+        assert rec["trials"] == trials and rec["violations"] == 0, (mode, rec)
+        counters = rec["counters"]
+        bbm += counters.get("nr_tlb_flush_luf_bbm", 0)
+        if mode in luf_hazards.REFUSED_MODES:
+            assert rec["checks"]["refused_trials"] == trials, rec
+            continue
+        pages = trials * rec["pages_per_trial"]
+        assert rec["checks"]["luf_folios"] >= pages, (mode, rec["checks"])
+    return bbm
+
+
+@pytest.mark.parametrize("modes", GROUPS)
+def test_every_mode_passes_on_arm64_with_lazy_trials(modes):
+    results = run_clean(build.built("patched-arm64"), "luf-hazards", modes,
+                        f"--trials {TRIALS}", luf_hazards.shape(modes))
+    # each mode's reader faults its pages in again after the take-away:
+    # R8 flushed before those entries were made valid
+    assert lazy_and_clean(results, TRIALS) > 0, results
+
+
+@pytest.mark.parametrize("modes", GROUPS)
+def test_every_mode_passes_on_debug_arm64_without_warnings(modes):
+    """run_clean() fails on any splat, a checker warning included."""
+    results = run_clean(build.built("debug-arm64"), "luf-hazards", modes,
+                        "--trials 20", luf_hazards.shape(modes))
+    lazy_and_clean(results, 20)
+
+
+@pytest.mark.parametrize("mode", ["cow", "anon-write"])
+def test_a_mode_fails_only_without_its_rule_and_r8(mode):
+    kernel = build.built("debug-arm64")
+    shape = luf_hazards.shape([mode])
+    # R3 off: R8 still flushes before the copy is mapped
+    results = run_clean(kernel, "luf-hazards", [mode],
+                        f"--trials 20 --disable-rules {R3}", shape)
+    assert results[mode]["counters"].get("nr_tlb_flush_luf_bbm", 0) > 0, results
+    # both off: the reader keeps the old bytes
+    output = run_to_violation(kernel, command("luf-hazards", [mode],
+                                              f"--trials 20 --disable-rules {R3 | R8}"),
+                              shape)
+    seen = violations(output)
+    assert seen and all(v["kind"] == "old" for v in seen), output[-2000:]
+
+
+POKE_SHAPE = vm.VMShape(cpus=2, mem="1G", append="unflush.scratch=64M", timeout=900)
+
+
+def poke(kernel, disable_rules):
+    logdir = vm.new_logdir(kernel)
+    cmd = ("mount -t debugfs none /sys/kernel/debug 2>/dev/null; "
+           f"echo {disable_rules} >/sys/kernel/debug/luf/disable_rules && "
+           "ptrace-poke --seconds 60; echo POKE-EXIT $?; "
+           "grep -E '^nr_tlb_(luf_folios|flush_luf_bbm) ' /proc/vmstat")
+    run = vm.run(kernel, cmd, POKE_SHAPE, logdir=logdir, quiet=True,
+                 allow_splats=bool(disable_rules))
+    counters = {ln.split()[0]: int(ln.split()[1]) for ln in run.output.splitlines()
+                if ln.startswith("nr_tlb_")}
+    return run, counters, (logdir / "console.log").read_text(errors="replace")
+
+
+def test_checker_catches_r8_removed_under_a_debugger():
+    kernel = build.built("debug-arm64")
+    run, counters, _ = poke(kernel, 0)
+    assert "POKE-EXIT 0" in run.output, run.output[-3000:]
+    assert counters["nr_tlb_luf_folios"] > 0 and counters["nr_tlb_flush_luf_bbm"] > 0, \
+        counters
+    _, _, console = poke(kernel, R8)
+    assert "break-before-make broken, rule R8 missing" in console, console[-3000:]

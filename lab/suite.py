@@ -65,6 +65,11 @@ GROUPS = {
                       vm.VMShape(cpus=3, mem="1G", node1="1G", zram="512M",
                                  append=SCRATCH, timeout=900),
                       needs_data_disk=True),
+    # Reclaim of read-only file pages alone, without a node to demote to:
+    # ro-reclaim-tiering's load on a machine both architectures have.
+    "reclaim": Group("reclaim", vm.VMShape(cpus=2, mem="2G", timeout=3600),
+                     vm.VMShape(cpus=2, mem="1G", timeout=900),
+                     needs_data_disk=True),
     # Seed 001's own workload: llama.cpp's llama-simple runs 4 threads (its
     # default, not settable), so 4 vCPUs; only page cache, no swap.
     "llama": Group("llama", vm.VMShape(cpus=4, mem="2G", node1="2G", timeout=3600),
@@ -96,6 +101,10 @@ def _experiments():
                           "unmap_flush", "004"))
     out.append(Experiment("ro-reclaim-tiering", f"ro-reclaim-tiering --files {MODEL_FILES}",
                           "numa", "luf", "001"))
+    # ... without tiering: reclaim alone takes the pages (and on arm64, which
+    # has no node 1 in the lab, the one LUF experiment)
+    out.append(Experiment("ro-reclaim", f"ro-reclaim-tiering --files {MODEL_FILES}",
+                          "reclaim", "luf", "001"))
     # LUF in compaction: node 1 compacted around a read-only mapped file
     out.append(Experiment("compact-ro", "compact-ro --file /data/model0",
                           "numa", "luf", "001"))

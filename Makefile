@@ -38,9 +38,11 @@ test-arm64: setup
 # DEB_CONFIG=lab: the patched kernel's config, a re-link of its build, what
 # tests/test_package.py boots; DEB_CONFIG=debian: Debian's own amd64 config
 # plus the series', to install on a Debian 12 machine (hours on 2 cores).
+# DEB_ARCH=arm64: the lab config of patched-arm64, cross-built.
 DEB_CONFIG ?= lab
+DEB_ARCH ?= amd64
 deb: setup
-	$(LAB) package --config $(DEB_CONFIG)
+	$(LAB) package --config $(DEB_CONFIG) --arch $(DEB_ARCH)
 
 setup:
 	$(LAB) setup

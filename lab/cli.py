@@ -136,7 +136,9 @@ def parser():
                     help="lab: the patched kernel's config, a re-link of its build "
                          "(default); debian: Debian's amd64 config plus the series', "
                          "hours on 2 cores")
-    pk.add_argument("--arch", default="amd64", help="amd64 (the only one yet)")
+    pk.add_argument("--arch", default="amd64", metavar="amd64|arm64",
+                    help="amd64 (default), or arm64: the lab config only, cross-built "
+                         "from patched-arm64")
     pk.add_argument("--out", metavar="DIR",
                     help="where the .deb files go (default build/deb/CONFIG)")
     pk.add_argument("-j", "--jobs", type=int, help="parallel jobs (default: CPUs+1)")

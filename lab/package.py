@@ -8,15 +8,18 @@ linux-headers-<release>.  Two configurations:
           package CI boots.  Its object tree is copied from the patched
           build's and only re-linked, because the package's LOCALVERSION
           differs from the lab's `-patched`.  The lab's config has no
-          modules, so there is no linux-headers package.
+          modules, so there is no linux-headers package.  With --arch
+          arm64, the same from patched-arm64, cross-built
+          (dpkg-buildpackage -aarm64 needs no arm64 library).
   debian  Debian's amd64 config for 6.12 (package linux-config-6.12) plus
           config/series.config and config/package-debian.config: what a
           Debian 12 machine would install beside its stock kernel.  A cold
           build of a distribution's config: hours on 2 cores.
 
 Each builds in its own object tree next to the patched build's
-(build/patched/.o-package-<config>), so the lab's own kernels are never
-touched, and kbuild's paths stay those ccache has seen.
+(build/patched/.o-package-<config>, -arm64 added for arm64), so the lab's
+own kernels are never touched, and kbuild's paths stay those ccache has
+seen.
 """
 
 import lzma
@@ -57,13 +60,20 @@ TOOLS = {"make": "make", "gcc": "gcc", "dpkg-buildpackage": "dpkg-dev",
 DEBIAN_TOOLS = {"zstd": "zstd"}
 
 
+# Debian architecture -> the lab kernel whose build the lab package re-links
+LAB_VARIANTS = {"amd64": "patched", "arm64": "patched-arm64"}
+
+
 def check_args(config, arch):
     if config not in CONFIGS:
         raise LabError(f"unknown package config {config!r}: choose from "
                        f"{', '.join(CONFIGS)}", exit_code=2)
-    if arch != "amd64":
-        raise LabError(f"packages for {arch} are not yet made: only amd64",
-                       exit_code=2)
+    if arch not in LAB_VARIANTS:
+        raise LabError(f"unknown package architecture {arch!r}: choose from "
+                       f"{', '.join(LAB_VARIANTS)}", exit_code=2)
+    if config == "debian" and arch != "amd64":
+        raise LabError(f"the debian config is Debian's amd64 one: for {arch}, "
+                       f"package the lab config (--config lab)", exit_code=2)
 
 
 def check_tools(config, which=shutil.which):
@@ -92,19 +102,23 @@ def check_debian_config():
                        f"(it installs linux-config-6.12)", exit_code=2)
 
 
-def objdir(config):
-    return tree.patched_dir() / f".o-package-{config}"
+def _suffix(arch):
+    return "" if arch == "amd64" else f"-{arch}"
 
 
-def out_dir(config):
-    return paths.work_dir() / "deb" / config
+def objdir(config, arch="amd64"):
+    return tree.patched_dir() / f".o-package-{config}{_suffix(arch)}"
 
 
-def seed_from_patched(dest):
-    """The patched build's object tree, copied: make then re-links what the
+def out_dir(config, arch="amd64"):
+    return paths.work_dir() / "deb" / f"{config}{_suffix(arch)}"
+
+
+def seed_from_patched(dest, variant="patched"):
+    """The @variant build's object tree, copied: make then re-links what the
     other LOCALVERSION changes instead of compiling the kernel again.  A
     copy, not hard links: the compiler rewrites an object in place."""
-    src = build.built("patched").objdir
+    src = build.built(variant).objdir
     say(f"package: copying the patched build's objects {src} -> {dest}")
     proc = subprocess.run(["rsync", "-a", "--delete", f"{src}/", f"{dest}/"],
                           capture_output=True, text=True)
@@ -127,19 +141,22 @@ def configure_debian(dest):
                         checked=frags[1:])
 
 
-def make_packages(config, jobs=None, out=None):
-    """Build the packages of `config`; the folder they are in."""
-    where = objdir(config)
+def make_packages(config, jobs=None, out=None, arch="amd64"):
+    """Build the packages of `config` for `arch`; the folder they are in."""
+    where = objdir(config, arch)
+    variant = LAB_VARIANTS[arch]
     if config == "lab":
-        build.build("patched", jobs=jobs)
-        seed_from_patched(where)
+        build.build(variant, jobs=jobs)
+        seed_from_patched(where, variant)
     else:
         tree.ensure_patched()
         configure_debian(where)
+    make_args, compiler = build.cross_tools(variant)
     src = tree.patched_dir()
-    kernel = build.compile_dir(src, where, f"package {config}", jobs,
-                               target="bindeb-pkg", localversion=LOCALVERSIONS[config])
-    out = Path(out) if out else out_dir(config)
+    kernel = build.compile_dir(src, where, f"package {config}{_suffix(arch)}", jobs,
+                               target="bindeb-pkg", localversion=LOCALVERSIONS[config],
+                               make_args=make_args, compiler=compiler)
+    out = Path(out) if out else out_dir(config, arch)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -173,10 +190,10 @@ def main(args):
     if args.config == "debian":
         check_debian_config()
     check_disk(args.config, paths.work_dir())
-    say(f"package: {args.config} config, LOCALVERSION {LOCALVERSIONS[args.config]}; "
-        f"expect {ESTIMATES[args.config]}")
+    say(f"package: {args.config} config for {args.arch}, LOCALVERSION "
+        f"{LOCALVERSIONS[args.config]}; expect {ESTIMATES[args.config]}")
     start = time.monotonic()
-    out, release = make_packages(args.config, args.jobs, args.out)
+    out, release = make_packages(args.config, args.jobs, args.out, args.arch)
     minutes = (time.monotonic() - start) / 60
     say(f"package: {release} in {minutes:.1f} min")
     for deb in sorted(out.glob("*.deb")):

@@ -21,12 +21,15 @@ lab's plugin counts in the measured phase (lab/insnprof.py), one per page
 and one range TLBI per folio, with anon_unmap on as off.
 """
 
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from lab import bench, build, datadisk, initramfs, insnprof, report, suite, vm
+from lab import (bench, build, datadisk, initramfs, insnprof, package, paths, report,
+                 suite, vm)
 from lab.errors import LabError
 
 ARM64 = ("vanilla-arm64", "patched-arm64")
@@ -249,3 +252,37 @@ def test_arm64_guest_runs_and_reports(variant, tmp_path):
         assert c["tlbi/vcpu0"] == c["tlbi/all"] and c["dsb/ish"] > 0, c
     if patched:
         assert "anon_unmap 0" in lines
+
+
+@pytest.mark.vm
+@pytest.mark.arm64
+def test_arm64_package_installs_and_boots(tmp_path):
+    """`python3 -m lab package --arch arm64`: a linux-image package for arm64
+    of patched-arm64's config, whose kernel boots on `virt` with LUF's
+    switch and counters."""
+    out = tmp_path / "deb"
+    proc = subprocess.run([sys.executable, "-m", "lab", "package", "--arch", "arm64",
+                           "--out", str(out)], cwd=paths.ROOT, capture_output=True,
+                          text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    release = (build.built("patched-arm64").release.removesuffix("-patched-arm64")
+               + package.LOCALVERSIONS["lab"])
+    (deb,) = out.glob(f"linux-image-{release}_*_arm64.deb")
+    info = subprocess.run(["dpkg-deb", "-f", str(deb), "Architecture"],
+                          capture_output=True, text=True, check=True).stdout
+    assert info.strip() == "arm64"
+    root = tmp_path / "root"
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+    config = root / "boot" / f"config-{release}"
+    assert config.read_text() == (build.built("patched-arm64").objdir / ".config").read_text()
+    objdir = tmp_path / "config"
+    objdir.mkdir()
+    shutil.copy(config, objdir / ".config")
+    kernel = build.Kernel("package-lab-arm64", root / "boot" / f"vmlinuz-{release}",
+                          release, objdir, "arm64")
+    run = vm.run(kernel, "uname -r; ls /sys/kernel/mm/tlb_batching; "
+                 "grep -c '^nr_tlb_luf_folios ' /proc/vmstat",
+                 vm.VMShape(cpus=2, mem="1G", timeout=300), quiet=True)
+    lines = run.output.splitlines()
+    assert lines[0] == release, run.output
+    assert "luf" in lines and lines[-1] == "1", run.output

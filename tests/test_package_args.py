@@ -1,5 +1,5 @@
 """`python3 -m lab package` refuses what it cannot build, in one line, before
-it builds anything: an unknown config, another architecture, missing
+it builds anything: an unknown config or architecture, missing
 tools, too little disk, no Debian config."""
 
 import subprocess
@@ -29,8 +29,11 @@ def test_unknown_config_is_refused():
                    "lab, debian")
 
 
-def test_arm64_is_refused_as_not_yet():
-    one_line_error(lab("package", "--arch", "arm64"), "arm64", "not yet")
+def test_unknown_architecture_and_debian_on_arm64_are_refused():
+    one_line_error(lab("package", "--arch", "riscv64"), "unknown package architecture",
+                   "amd64, arm64")
+    one_line_error(lab("package", "--config", "debian", "--arch", "arm64"),
+                   "Debian's amd64", "--config lab")
 
 
 def test_missing_tools_are_named_with_their_packages():

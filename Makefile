@@ -32,7 +32,8 @@ test: setup
 # (README.md, "arm64").
 test-arm64: setup
 	$(LAB) build vanilla-arm64 patched-arm64 debug-arm64
-	$(PYTHON) -m pytest -ra --arm64 $(TEST_ARGS) tests/test_arm64.py tests/test_arm64_luf.py
+	$(PYTHON) -m pytest -ra --arm64 $(TEST_ARGS) tests/test_arm64.py tests/test_arm64_luf.py \
+		"tests/test_luf_kunit.py::test_luf_generations_kunit_passes_on_debug_kernel[debug-arm64]"
 
 # Debian packages (linux-image-...) of the series' kernel, into build/deb/.
 # DEB_CONFIG=lab: the patched kernel's config, a re-link of its build, what

@@ -152,6 +152,11 @@ def make_packages(config, jobs=None, out=None, arch="amd64"):
         tree.ensure_patched()
         configure_debian(where)
     make_args, compiler = build.cross_tools(variant)
+    if make_args:
+        # dpkg checks the build dependencies for the host architecture
+        # (libssl-dev:arm64), but kbuild builds its tools for this machine,
+        # whose own are installed
+        make_args = (*make_args, "DPKG_FLAGS=-d")
     src = tree.patched_dir()
     kernel = build.compile_dir(src, where, f"package {config}{_suffix(arch)}", jobs,
                                target="bindeb-pkg", localversion=LOCALVERSIONS[config],

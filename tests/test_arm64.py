@@ -280,7 +280,7 @@ def test_arm64_package_installs_and_boots(tmp_path):
     shutil.copy(config, objdir / ".config")
     kernel = build.Kernel("package-lab-arm64", root / "boot" / f"vmlinuz-{release}",
                           release, objdir, "arm64")
-    run = vm.run(kernel, "uname -r; ls /sys/kernel/mm/tlb_batching; "
+    run = vm.run(kernel, "uname -r; ls -1 /sys/kernel/mm/tlb_batching; "
                  "grep -c '^nr_tlb_luf_folios ' /proc/vmstat",
                  vm.VMShape(cpus=2, mem="1G", timeout=300), quiet=True)
     lines = run.output.splitlines()

@@ -3,7 +3,8 @@
 The debug kernel is built with CONFIG_KUNIT and CONFIG_LUF_KUNIT_TEST
 (config/series-debug.config), so the suite runs once at boot and prints its
 results in KTAP to the kernel log.  Every case must be there and pass: a
-suite that did not run, or ran fewer cases, fails here too.
+suite that did not run, or ran fewer cases, fails here too.  debug-arm64
+runs it too (opt-in, like every arm64 guest).
 """
 
 import re
@@ -40,8 +41,10 @@ def test_ktap_parser_reads_cases_and_suite():
                                  "luf": "not ok"}
 
 
-def test_luf_generations_kunit_passes_on_debug_kernel():
-    run = vm.run(build.built("debug"), "dmesg", vm.VMShape(cpus=2, mem="1G",
+@pytest.mark.parametrize("variant", [
+    "debug", pytest.param("debug-arm64", marks=pytest.mark.arm64)])
+def test_luf_generations_kunit_passes_on_debug_kernel(variant):
+    run = vm.run(build.built(variant), "dmesg", vm.VMShape(cpus=2, mem="1G",
                                                            timeout=600),
                  quiet=True)
     # dmesg has the KTAP lines (KERN_INFO: below the console's loglevel)

@@ -28,10 +28,10 @@ test: setup
 	$(PYTHON) -m pytest -ra -m 'not fast' $(TEST_ARGS) tests
 
 # The arm64 kernels, cross-built, booted on QEMU's virt machine; not part of
-# `test`, whose run they would lengthen by their three cold builds
+# `test`, whose run they would lengthen by their four cold builds
 # (README.md, "arm64").
 test-arm64: setup
-	$(LAB) build vanilla-arm64 patched-arm64 debug-arm64
+	$(LAB) build vanilla-arm64 patched-arm64 debug-arm64 broken-arm64
 	$(PYTHON) -m pytest -ra --arm64 $(TEST_ARGS) tests/test_arm64.py tests/test_arm64_luf.py \
 		"tests/test_luf_kunit.py::test_luf_generations_kunit_passes_on_debug_kernel[debug-arm64]"
 

@@ -1,6 +1,6 @@
 """Configure and build the lab's kernels.
 
-Eleven variants, from config fragments in config/:
+Twelve variants, from config fragments in config/:
 
   vanilla        build/vanilla  tinyconfig + lab.config
   patched        build/patched  tinyconfig + lab.config + series.config
@@ -22,6 +22,7 @@ Eleven variants, from config fragments in config/:
   debug-arm64    build/patched  debug's fragments + arm64.config
   vanilla-debug-arm64           vanilla-debug's fragments + arm64.config
                  build/vanilla
+  broken-arm64   build/broken   broken's fragments + arm64.config
 
 series.config holds the options only the series defines; vanilla's Kconfig
 would drop them and check_config() would rightly complain.
@@ -58,6 +59,7 @@ VARIANTS = {
     "debug-arm64": ("patched", ["lab.config", "series.config", "debug.config",
                                 "series-debug.config", "arm64.config"]),
     "vanilla-debug-arm64": ("vanilla", ["lab.config", "debug.config", "arm64.config"]),
+    "broken-arm64": ("broken", ["lab.config", "series.config", "arm64.config"]),
 }
 
 # Variants of another architecture than the host's x86-64, and how each is

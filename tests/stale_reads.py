@@ -1,4 +1,6 @@
-"""What the stale-translation tests share (test_stale_tlb.py, test_luf.py).
+"""What the stale-translation tests share (test_stale_tlb.py, test_luf.py),
+and the debugger workload of the LUF checker's tests (test_luf_checker.py,
+test_arm64_luf.py).
 
 Their guest programs (guest/stale-tlb.c, guest/luf-hazards.c) print each
 violation the moment the reader sees it, `UNFLUSH-VIOLATION {json}`, then one
@@ -65,3 +67,21 @@ def run_clean(kernel, program, modes, args, shape):
     assert exits(run.output) == {m: 0 for m in modes}, tail
     results = {r["experiment"]: r for r in records(run.output, "UNFLUSH-RESULT")}
     return {m: results[f"{program}/{m}"] for m in modes}
+
+
+def poke(kernel, disable_rules, timeout):
+    """guest/ptrace-poke for 60 s on @kernel (a debug kernel) with the LUF
+    rules in the mask @disable_rules off: (its run, the nr_tlb_luf_folios
+    and LUF flush counters after it, the kernel console).  Splats are
+    allowed only with a rule off, where the checker is meant to warn."""
+    logdir = vm.new_logdir(kernel)
+    cmd = ("mount -t debugfs none /sys/kernel/debug 2>/dev/null; "
+           f"echo {disable_rules} >/sys/kernel/debug/luf/disable_rules && "
+           "ptrace-poke --seconds 60; echo POKE-EXIT $?; "
+           "grep -E '^nr_tlb_(luf_folios|flush_luf_mm|flush_luf_bbm) ' /proc/vmstat")
+    shape = vm.VMShape(cpus=2, mem="1G", append="unflush.scratch=64M", timeout=timeout)
+    run = vm.run(kernel, cmd, shape, logdir=logdir, quiet=True,
+                 allow_splats=bool(disable_rules))
+    counters = {ln.split()[0]: int(ln.split()[1]) for ln in run.output.splitlines()
+                if ln.startswith("nr_tlb_")}
+    return run, counters, (logdir / "console.log").read_text(errors="replace")

@@ -27,7 +27,7 @@ Opt-in like every arm64 guest (`make test-arm64`, or pytest --arm64, after
 import pytest
 
 from lab import build, datadisk, luf_hazards, vm
-from stale_reads import command, run_clean, run_to_violation, violations
+from stale_reads import command, poke, run_clean, run_to_violation, violations
 
 pytestmark = [pytest.mark.vm, pytest.mark.arm64]
 
@@ -85,29 +85,13 @@ def test_a_mode_fails_only_without_its_rule_and_r8(mode):
     assert seen and all(v["kind"] == "old" for v in seen), output[-2000:]
 
 
-POKE_SHAPE = vm.VMShape(cpus=2, mem="1G", append="unflush.scratch=64M", timeout=900)
-
-
-def poke(kernel, disable_rules):
-    logdir = vm.new_logdir(kernel)
-    cmd = ("mount -t debugfs none /sys/kernel/debug 2>/dev/null; "
-           f"echo {disable_rules} >/sys/kernel/debug/luf/disable_rules && "
-           "ptrace-poke --seconds 60; echo POKE-EXIT $?; "
-           "grep -E '^nr_tlb_(luf_folios|flush_luf_bbm) ' /proc/vmstat")
-    run = vm.run(kernel, cmd, POKE_SHAPE, logdir=logdir, quiet=True,
-                 allow_splats=bool(disable_rules))
-    counters = {ln.split()[0]: int(ln.split()[1]) for ln in run.output.splitlines()
-                if ln.startswith("nr_tlb_")}
-    return run, counters, (logdir / "console.log").read_text(errors="replace")
-
-
 def test_checker_catches_r8_removed_under_a_debugger():
     kernel = build.built("debug-arm64")
-    run, counters, _ = poke(kernel, 0)
+    run, counters, _ = poke(kernel, 0, timeout=900)
     assert "POKE-EXIT 0" in run.output, run.output[-3000:]
     assert counters["nr_tlb_luf_folios"] > 0 and counters["nr_tlb_flush_luf_bbm"] > 0, \
         counters
-    _, _, console = poke(kernel, R8)
+    _, _, console = poke(kernel, R8, timeout=900)
     assert "break-before-make broken, rule R8 missing" in console, console[-3000:]
 
 

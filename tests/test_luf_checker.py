@@ -39,7 +39,8 @@ when the lazy unmap is finally flushed.
 
 import pytest
 
-from lab import build, safety, vm
+from lab import build, safety
+from stale_reads import poke
 
 pytestmark = pytest.mark.vm
 
@@ -72,26 +73,9 @@ def test_checker_catches_r1_removed_under_stress_ng():
     assert "freed before the flush of generation" in console, console[-3000:]
 
 
-# a debugger's pokes; 2 vCPUs, the file on the lab's ext2 scratch
-POKE_SHAPE = vm.VMShape(cpus=2, mem="1G", append="unflush.scratch=64M", timeout=600)
-
-
-def poke_command(disable_rules):
-    return ("mount -t debugfs none /sys/kernel/debug 2>/dev/null; "
-            f"echo {disable_rules} >/sys/kernel/debug/luf/disable_rules && "
-            "ptrace-poke --seconds 60; echo POKE-EXIT $?; "
-            "grep -E 'nr_tlb_luf_folios|nr_tlb_flush_luf_mm' /proc/vmstat")
-
-
-def vmstat_lines(output):
-    return {ln.split()[0]: int(ln.split()[1]) for ln in output.splitlines()
-            if ln.startswith("nr_tlb_")}
-
-
 def test_debugger_pokes_are_clean_with_every_rule():
-    run = vm.run(build.built("debug"), poke_command(0), POKE_SHAPE, quiet=True)
+    run, counters, _ = poke(build.built("debug"), 0, timeout=600)
     assert "POKE-EXIT 0" in run.output, run.output[-3000:]
-    counters = vmstat_lines(run.output)
     # reclaim took the target's mapped pages lazily, and R3 flushed for
     # pokes into them
     assert counters["nr_tlb_luf_folios"] > 0, counters
@@ -99,9 +83,5 @@ def test_debugger_pokes_are_clean_with_every_rule():
 
 
 def test_checker_catches_r3_removed_under_a_debugger():
-    kernel = build.built("debug")
-    logdir = vm.new_logdir(kernel)
-    vm.run(kernel, poke_command(1 << 1), POKE_SHAPE, logdir=logdir, quiet=True,
-           allow_splats=True)
-    console = (logdir / "console.log").read_text(errors="replace")
+    _, _, console = poke(build.built("debug"), 1 << 1, timeout=600)
     assert "a write that no rule flushed for" in console, console[-3000:]

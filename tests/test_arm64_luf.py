@@ -15,7 +15,7 @@ splat; with R8 switched off (disable_rules bit 5) the checker must catch an
 entry made valid over a lazy one under an ordinary workload, the debugger of
 guest/ptrace-poke; and a mode must fail only when both its own rule and R8
 are off: on arm64 R8 alone already protects the reader of cow and
-anon-write.
+anon-write; reuse fails with R1 off, the page freed before the owed flush.
 
 The stale-translation test runs here too: clean on patched-arm64, caught on
 broken-arm64 (patches/testing/ on top: no TLBI for read-only PTEs).
@@ -32,8 +32,8 @@ from stale_reads import command, poke, run_clean, run_to_violation, violations
 pytestmark = [pytest.mark.vm, pytest.mark.arm64]
 
 TRIALS = 50
-# disable_rules bits: 1 R3, 5 R8 (enum luf_rule)
-R3, R8 = 1 << 1, 1 << 5
+# disable_rules bits: 0 R1, 1 R3, 5 R8 (enum luf_rule)
+R1, R3, R8 = 1 << 0, 1 << 1, 1 << 5
 GROUPS = [pytest.param(g, id="-".join(g)) for g in luf_hazards.arm64_groups()]
 
 
@@ -83,6 +83,19 @@ def test_a_mode_fails_only_without_its_rule_and_r8(mode):
                               shape)
     seen = violations(output)
     assert seen and all(v["kind"] == "old" for v in seen), output[-2000:]
+
+
+def test_reuse_fails_without_r1_on_arm64():
+    """The owed TLBI VMALLE1IS is what stands between a held page and its
+    reuse: with R1 off, the page is freed before it, and the reader sees
+    it reused (the canary, or zeroes if it looked between the allocator's
+    clearing and the fill)."""
+    output = run_to_violation(build.built("debug-arm64"),
+                              command("luf-hazards", ["reuse"],
+                                      f"--trials 20 --disable-rules {R1}"),
+                              luf_hazards.shape(["reuse"]))
+    seen = violations(output)
+    assert seen and all(v["kind"] in ("canary", "foreign") for v in seen), output[-2000:]
 
 
 def test_checker_catches_r8_removed_under_a_debugger():

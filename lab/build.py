@@ -16,13 +16,18 @@ Twelve variants, from config fragments in config/:
   patched-distro build/patched  labels, no DEBUG_TLBFLUSH, what the series costs
                                 in a distribution's kernel (bench -k
                                 vanilla-distro,patched-distro --icount)
-  vanilla-arm64  build/vanilla  arm64, cross-compiled: tinyconfig + lab.config
-  patched-arm64  build/patched  (+ series.config) + arm64.config; booted on
-                                QEMU's `virt` machine (lab/vm.py, ARCHES)
-  debug-arm64    build/patched  debug's fragments + arm64.config
-  vanilla-debug-arm64           vanilla-debug's fragments + arm64.config
-                 build/vanilla
-  broken-arm64   build/broken   broken's fragments + arm64.config
+  vanilla-arm64  build/arm64-vanilla  arm64, cross-compiled: tinyconfig +
+  patched-arm64  build/arm64-patched  lab.config + arm64.config (+ series.config);
+                                booted on QEMU's `virt` machine (lab/vm.py,
+                                ARCHES)
+  debug-arm64    build/arm64-patched  debug's fragments, arm64.config second
+  vanilla-debug-arm64                 vanilla-debug's fragments, arm64.config
+                 build/arm64-vanilla  second
+  broken-arm64   build/arm64-broken   broken's fragments, arm64.config second
+
+The arm64 kernels' trees are vanilla, patched and broken plus
+patches/arm64-lab/ (lab/tree.py): the lab's own change that lets `virt`'s
+UEFI boot give a CPU-less node, for vanilla as for the series.
 
 series.config holds the options only the series defines; vanilla's Kconfig
 would drop them and check_config() would rightly complain.
@@ -54,12 +59,14 @@ VARIANTS = {
     "broken": ("broken", ["lab.config", "series.config"]),
     "vanilla-distro": ("vanilla", ["lab.config", "distro.config"]),
     "patched-distro": ("patched", ["lab.config", "series.config", "distro.config"]),
+    # arm64.config right after lab.config, whose x86 options it takes back:
+    # the series' fragments then add what only the series defines there
     "vanilla-arm64": ("vanilla", ["lab.config", "arm64.config"]),
-    "patched-arm64": ("patched", ["lab.config", "series.config", "arm64.config"]),
-    "debug-arm64": ("patched", ["lab.config", "series.config", "debug.config",
-                                "series-debug.config", "arm64.config"]),
-    "vanilla-debug-arm64": ("vanilla", ["lab.config", "debug.config", "arm64.config"]),
-    "broken-arm64": ("broken", ["lab.config", "series.config", "arm64.config"]),
+    "patched-arm64": ("patched", ["lab.config", "arm64.config", "series.config"]),
+    "debug-arm64": ("patched", ["lab.config", "arm64.config", "series.config",
+                                "debug.config", "series-debug.config"]),
+    "vanilla-debug-arm64": ("vanilla", ["lab.config", "arm64.config", "debug.config"]),
+    "broken-arm64": ("broken", ["lab.config", "arm64.config", "series.config"]),
 }
 
 # Variants of another architecture than the host's x86-64, and how each is
@@ -134,8 +141,11 @@ def image_path(variant, out):
 
 def source_tree(variant):
     check_variant(variant)
+    source = VARIANTS[variant][0]
+    if arch(variant) == "arm64":
+        return tree.arm64_dir(source)
     return {"vanilla": tree.vanilla_dir, "patched": tree.patched_dir,
-            "broken": tree.broken_dir}[VARIANTS[variant][0]]()
+            "broken": tree.broken_dir}[source]()
 
 
 def objdir(variant):
@@ -224,8 +234,11 @@ def check_config(config, frags):
 def ensure_source(variant):
     """Make `variant`'s source tree if it is missing or stale; its path."""
     check_variant(variant)
+    source = VARIANTS[variant][0]
+    if arch(variant) == "arm64":
+        return tree.ensure_arm64(source)
     return {"vanilla": tree.ensure_vanilla, "patched": tree.ensure_patched,
-            "broken": tree.ensure_testing}[VARIANTS[variant][0]]()
+            "broken": tree.ensure_testing}[source]()
 
 
 def build(variant, jobs=None):

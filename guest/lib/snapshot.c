@@ -75,9 +75,12 @@ static void read_vmstat(struct snapshot *s)
 		events |= !strcmp(key, "pgfault");
 		/*
 		 * Not any nr_tlb_* key: LUF's own counters are there without
-		 * DEBUG_TLBFLUSH, which counts the flushes by their source.
+		 * DEBUG_TLBFLUSH.  With it, x86 counts shootdowns sent, and
+		 * the series counts the flushes by their source on every
+		 * architecture (on arm64 the series' kernels have only those).
 		 */
-		nr_tlb |= !strcmp(key, "nr_tlb_remote_flush");
+		nr_tlb |= !strcmp(key, "nr_tlb_remote_flush") ||
+			  !strcmp(key, "nr_tlb_flush_mmu_gather");
 	}
 	fclose(f);
 	if (!events)

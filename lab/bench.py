@@ -298,13 +298,15 @@ class VMRunner:
 def arm64_meta(kernels):
     """What decides an arm64 run's TLBI counts beside the kernel's code: the
     CPU model QEMU emulates (range TLBIs or not) and whether KPTI, which
-    doubles every user TLBI (one per ASID of the pair), can be on; {} for a
-    run without arm64 kernels."""
+    doubles every user TLBI (one per ASID of the pair), can be on; and the
+    lab's own kernel change that every arm64 kernel carries, vanilla's
+    too; {} for a run without arm64 kernels."""
     arm = [k for k in kernels if k.arch == "arm64"]
     if not arm:
         return {}
     return {"arm64": {"cpu": vm.ARM64_CPU,
-                      "kpti": {k.variant: vm.kpti(k) for k in arm}}}
+                      "kpti": {k.variant: vm.kpti(k) for k in arm},
+                      "lab_patches": [p.name for p in tree.arm64_lab_files()]}}
 
 
 def _lab_commit():

@@ -54,6 +54,8 @@ APT_PACKAGES = [
     "gcc-aarch64-linux-gnu",
     # the arm64 kernels: static guest programs, the `virt` machine
     "libc6-dev-arm64-cross", "qemu-system-arm",
+    # its UEFI firmware: the boot that brings ACPI (SRAT, HMAT) for --node1
+    "qemu-efi-aarch64",
     # `lab package` (kbuild's bindeb-pkg): dpkg-buildpackage and the dh_*
     # tools its debian/rules runs; depmod, module signing and the zstd
     # bzImage of Debian's config

@@ -23,8 +23,7 @@ NODE1_MODES = ("demote", "anon-demote", "compact")
 # modes whose pages are anonymous and go to swap
 SWAP_MODES = ("anon-write", "anon-force", "anon-reuse", "anon-move",
               "anon-demote")
-# modes an arm64 guest cannot run, and why (besides NODE1_MODES: the lab's
-# arm64 machine has no node 1 yet)
+# modes an arm64 guest cannot run, and why
 NOT_ON_ARM64 = {
     # its pages are exclusive; only clearing their soft-dirty bits makes the
     # swap-in map them read-only, and arm64 has no soft-dirty bit
@@ -50,8 +49,7 @@ def shape(modes, timeout=900, scratch=SCRATCH):
 
 def arm64_groups():
     """groups() less the modes an arm64 guest cannot run."""
-    out = [tuple(m for m in g if m not in NODE1_MODES and m not in NOT_ON_ARM64)
-           for g in groups()]
+    out = [tuple(m for m in g if m not in NOT_ON_ARM64) for g in groups()]
     return [g for g in out if g]
 
 

@@ -504,13 +504,21 @@ def arm64_lines(meta):
     if not arm:
         return []
     kpti = "; ".join(f"{k} {v}" for k, v in arm["kpti"].items())
-    return [f"arm64 (QEMU `virt`, `-cpu {arm['cpu']}`; KPTI: {kpti}) has no shootdown "
-            "interrupt and of the `nr_tlb_*` only LUF's: a flush there is broadcast TLBI "
-            "instructions and the DSBs that wait for them. `tlbi/*` and `dsb/*` rows count them "
-            "exactly, per kind and per vCPU, in each program's measured phase, by a "
-            "QEMU plugin independent of the kernel (docs/insn-profile.md); "
-            "`tlb_flush/` (the tlb:tlb_flush tracepoint, fired only by x86) is not "
-            "there.", ""]
+    lines = [f"arm64 (QEMU `virt`, `-cpu {arm['cpu']}`; KPTI: {kpti}) has no shootdown "
+             "interrupt, and vanilla no `nr_tlb_*` (the series' kernels count flushes "
+             "by source there too): a flush there is broadcast TLBI "
+             "instructions and the DSBs that wait for them. `tlbi/*` and `dsb/*` rows count "
+             "them exactly, per kind and per vCPU, in each program's measured phase, by a "
+             "QEMU plugin independent of the kernel (docs/insn-profile.md); "
+             "`tlb_flush/` (the tlb:tlb_flush tracepoint, fired only by x86) is not "
+             "there."]
+    if arm.get("lab_patches"):
+        lines.append("Every arm64 kernel here, vanilla's too, carries the lab's own "
+                     f"change{'s' if len(arm['lab_patches']) > 1 else ''} "
+                     f"(patches/arm64-lab/: {', '.join(arm['lab_patches'])}), not part "
+                     "of the series: without it 6.12 finds no node 1 on the UEFI boot "
+                     "of `virt`.")
+    return lines + [""]
 
 
 def write(out, doc):

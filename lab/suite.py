@@ -101,8 +101,7 @@ def _experiments():
                           "unmap_flush", "004"))
     out.append(Experiment("ro-reclaim-tiering", f"ro-reclaim-tiering --files {MODEL_FILES}",
                           "numa", "luf", "001"))
-    # ... without tiering: reclaim alone takes the pages (and on arm64, which
-    # has no node 1 in the lab, the one LUF experiment)
+    # ... without tiering: reclaim alone takes the pages
     out.append(Experiment("ro-reclaim", f"ro-reclaim-tiering --files {MODEL_FILES}",
                           "reclaim", "luf", "001"))
     # LUF in compaction: node 1 compacted around a read-only mapped file
@@ -137,20 +136,14 @@ def _experiments():
 
 EXPERIMENTS = _experiments()
 
-# Why the experiments of a group cannot run on an arm64 guest (yet)
-NO_NODE1_ON_ARM64 = ("it needs a CPU-less node 1 in a lower memory tier, which arm64's "
-                     "`virt` machine gets only from a UEFI boot with ACPI HMAT and a "
-                     "lab-only kernel change, not in the lab yet")
+# Why the experiments of a group cannot run on an arm64 guest
 NO_HVO_ON_ARM64 = "arm64 6.12 has no hugetlb vmemmap optimisation (HVO)"
+NO_LLAMA_ON_ARM64 = "the lab builds llama.cpp for the x86-64 guest only"
 
 
 def arm64_refusal(experiment):
     """Why @experiment cannot run on an arm64 kernel, or None if it can."""
-    if experiment.group == "hugetlb":
-        return NO_HVO_ON_ARM64
-    if GROUPS[experiment.group].shape.node1:
-        return NO_NODE1_ON_ARM64
-    return None
+    return {"hugetlb": NO_HVO_ON_ARM64, "llama": NO_LLAMA_ON_ARM64}.get(experiment.group)
 
 
 def select(patterns):

@@ -4,6 +4,10 @@ build/vanilla  git repository; its only commit is the untarred Debian source,
                tagged `vanilla`.  Never modified after creation.
 build/patched  a worktree of the same repository on branch `unflush`: the
                vanilla commit plus patches/ applied with `git am`.
+build/broken   generated worktrees: patched + patches/testing/ (a kernel
+build/arm64-*  broken on purpose); vanilla, patched or broken +
+               patches/arm64-lab/ (what the arm64 kernels need to boot the
+               lab's machine, vanilla's too).
 
 Developers edit and commit in build/patched and run `lab export` to write the
 commits back to patches/.  A stamp file remembers which series (by hash) and
@@ -25,7 +29,6 @@ from lab.progress import Progress, say
 
 DEB_PACKAGE = "linux-source-6.12"
 BRANCH = "unflush"
-BROKEN_BRANCH = "unflush-broken"
 BASE_TAG = "vanilla"
 IDENTITY = ["-c", "user.name=unflush lab", "-c", "user.email=unflush@example.org"]
 
@@ -257,7 +260,7 @@ def export():
     return names
 
 
-# --- the kernel broken on purpose --------------------------------------------
+# --- trees made from others: broken on purpose, and the arm64 lab's --------
 
 def testing_files():
     """patches/testing/*.patch, in name order: kernels broken on purpose so
@@ -265,31 +268,54 @@ def testing_files():
     return sorted((paths.PATCHES / "testing").glob("*.patch"))
 
 
-def ensure_testing():
-    """Make build/broken = build/patched's branch + patches/testing/.
+def arm64_lab_files():
+    """patches/arm64-lab/*.patch: what every arm64 kernel the lab boots needs
+    on QEMU's `virt` machine and the series is not about (vanilla's too)."""
+    return sorted((paths.PATCHES / "arm64-lab").glob("*.patch"))
 
-    A generated tree, never edited by hand: it is re-made whenever the
-    series branch or a testing patch changed, discarding anything in it.
-    """
+
+def ensure_testing():
+    """Make build/broken = build/patched's branch + patches/testing/."""
     ensure_patched()
     base = git(patched_dir(), "rev-parse", BRANCH).stdout.strip()
-    files = testing_files()
+    return _ensure_derived("broken", base, testing_files())
+
+
+def arm64_dir(source):
+    """The arm64 lab's tree of `source` (vanilla, patched, broken)."""
+    return paths.work_dir() / f"arm64-{source}"
+
+
+def ensure_arm64(source):
+    """Make build/arm64-<source> = that tree's commit + patches/arm64-lab/."""
+    made = {"vanilla": ensure_vanilla, "patched": ensure_patched,
+            "broken": ensure_testing}[source]()
+    base = git(made, "rev-parse", "HEAD").stdout.strip()
+    return _ensure_derived(f"arm64-{source}", base, arm64_lab_files())
+
+
+def _ensure_derived(name, base, files):
+    """Make build/<name> = commit `base` + `files` applied with git am.
+
+    A generated tree, never edited by hand: it is re-made whenever the base
+    or a patch changed, discarding anything in it.
+    """
     if not files:
-        raise LabError(f"no patches in {paths.PATCHES / 'testing'}: the broken "
-                       f"kernel would be the patched one")
+        raise LabError(f"no patches for build/{name}: patches/testing/ and "
+                       f"patches/arm64-lab/ are part of the lab; restore them")
     h = hashlib.sha256(base.encode())
     for path in files:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     want = h.hexdigest()[:16]
-    tree = broken_dir()
-    stamp = vanilla_dir() / ".git" / "unflush-broken"
+    tree = paths.work_dir() / name
+    stamp = vanilla_dir() / ".git" / f"unflush-{name}"
     if (tree / ".git").exists() and stamp.exists() and stamp.read_text().strip() == want:
         return tree
     if not (tree / ".git").exists():
         if tree.exists():
             shutil.rmtree(tree)
         git(vanilla_dir(), "worktree", "prune")
-        git(vanilla_dir(), "worktree", "add", "-q", "-f", "-B", BROKEN_BRANCH,
+        git(vanilla_dir(), "worktree", "add", "-q", "-f", "-B", f"unflush-{name}",
             str(tree), base)
     else:
         git(tree, "am", "--abort", check=False)
@@ -298,8 +324,9 @@ def ensure_testing():
         reason = _git_am(tree, patch)
         if reason:
             stamp.unlink(missing_ok=True)
-            raise LabError(f"testing patch {patch.name} does not apply on the "
-                           f"series: {reason} (rebase it on build/patched)")
+            raise LabError(f"{patch.parent.name}/{patch.name} does not apply on "
+                           f"{base[:12]}: {reason} (rebase it)")
     stamp.write_text(want + "\n")
-    say(f"lab: broken tree ready: {len(files)} testing patch(es) on {base[:12]}")
+    say(f"lab: build/{name} ready: {len(files)} patch(es) of "
+        f"{files[0].parent.name}/ on {base[:12]}")
     return tree

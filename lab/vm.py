@@ -164,23 +164,9 @@ def qemu_command(image, initrd, shape, console_log, output_log, accel, extra_arg
             cmd += ["-plugin", f"{insnprof.plugin()},out={shape.insn_profile}/window"]
     else:
         cmd += ["-accel", "tcg,thread=multi", "-cpu", "max"]
-    mem0 = to_mib(shape.mem)
     if shape.node1:
-        mem1 = to_mib(shape.node1)
-        last = shape.cpus - 1
-        cmd += ["-machine", "pc,hmat=on", "-m", f"{int(mem0 + mem1)}M",
-                "-object", f"memory-backend-ram,id=m0,size={int(mem0)}M",
-                "-object", f"memory-backend-ram,id=m1,size={int(mem1)}M",
-                "-numa", f"node,nodeid=0,cpus=0-{last},memdev=m0",
-                "-numa", "node,nodeid=1,memdev=m1,initiator=0"]
-        # HMAT says node 1 is far slower: the guest puts it in a lower memory
-        # tier, which gives reclaim a demotion target (lab-notes.md).
-        for node, lat, bw in ((0, 10, "10G"), (1, 200, "1G")):
-            base = f"hmat-lb,initiator=0,target={node},hierarchy=memory"
-            cmd += ["-numa", f"{base},data-type=access-latency,latency={lat}",
-                    "-numa", f"{base},data-type=access-bandwidth,bandwidth={bw}"]
-    else:
-        cmd += ["-m", f"{int(mem0)}M"]
+        cmd += ["-machine", "pc,hmat=on"]
+    cmd += memory_args(shape)
     if shape.data_disk:
         cmd += ["-drive", f"file={shape.data_disk},if=virtio,format=raw,readonly=on"]
     cmd += ["-kernel", str(image), "-initrd", str(initrd),
@@ -189,13 +175,40 @@ def qemu_command(image, initrd, shape, console_log, output_log, accel, extra_arg
     return cmd
 
 
+def memory_args(shape):
+    """-m, and with shape.node1 a CPU-less node 1 that the ACPI HMAT says is
+    far slower than node 0: the guest puts it in a lower memory tier, which
+    gives reclaim a demotion target (lab-notes.md).  The machine must have
+    hmat=on."""
+    mem0 = to_mib(shape.mem)
+    if not shape.node1:
+        return ["-m", f"{int(mem0)}M"]
+    mem1 = to_mib(shape.node1)
+    args = ["-m", f"{int(mem0 + mem1)}M",
+            "-object", f"memory-backend-ram,id=m0,size={int(mem0)}M",
+            "-object", f"memory-backend-ram,id=m1,size={int(mem1)}M",
+            "-numa", f"node,nodeid=0,cpus=0-{shape.cpus - 1},memdev=m0",
+            "-numa", "node,nodeid=1,memdev=m1,initiator=0"]
+    for node, lat, bw in ((0, 10, "10G"), (1, 200, "1G")):
+        base = f"hmat-lb,initiator=0,target={node},hierarchy=memory"
+        args += ["-numa", f"{base},data-type=access-latency,latency={lat}",
+                 "-numa", f"{base},data-type=access-bandwidth,bandwidth={bw}"]
+    return args
+
+
+# arm64's UEFI firmware (Debian's qemu-efi-aarch64): code and a template of
+# the variable store, each a 64 MiB flash image
+AAVMF = Path(os.environ.get("UNFLUSH_AAVMF", "/usr/share/AAVMF"))
+
+
 def check_arm64_shape(shape, accel):
-    """What an arm64 guest cannot have yet, each said in one line."""
+    """What an arm64 guest cannot have, each said in one line."""
     if accel == "kvm":
         raise LabError("arm64: no KVM for another architecture than the host's: "
                        "drop --accel kvm (arm64 guests run under TCG)", exit_code=2)
-    if shape.node1:
-        raise LabError("arm64: --node1 needs the UEFI/HMAT boot, not yet in the lab",
+    if shape.node1 and not (AAVMF / "AAVMF_CODE.fd").is_file():
+        raise LabError(f"arm64: --node1 boots through UEFI and {AAVMF}/AAVMF_CODE.fd "
+                       f"is missing: run `make setup` (installs qemu-efi-aarch64)",
                        exit_code=2)
 
 
@@ -210,8 +223,9 @@ def kpti(kernel):
 def qemu_command_arm64(image, initrd, shape, console_log, output_log, accel,
                        extra_args=()):
     """QEMU's `virt` machine with a GICv3 (GICv2 stops at 8 CPUs), booted from
-    a device tree; the command's output on a virtio console (unflush.out=hvc0:
-    `virt` has one UART, the kernel console).  No nokaslr: the arm64 kernels
+    a device tree (through UEFI, with ACPI, when it has a node 1); the
+    command's output on a virtio console (unflush.out=hvc0: `virt` has one
+    UART, the kernel console).  No nokaslr: the arm64 kernels
     are built without KASLR, and would hand the word to /init."""
     cmdline = ["console=ttyAMA0", "panic=-1", "oops=panic", "loglevel=6",
                "mitigations=off", "unflush.out=hvc0", *extra_args]
@@ -219,9 +233,19 @@ def qemu_command_arm64(image, initrd, shape, console_log, output_log, accel,
         cmdline.append(f"unflush.zram={shape.zram}")
     if shape.data_disk:
         cmdline.append("unflush.data=1")
+    machine = "virt,gic-version=3"
+    if shape.node1:
+        # SRAT and HMAT come with ACPI, which arm64 takes only from UEFI:
+        # edk2 boots the -kernel image through its EFI stub.  Writes to the
+        # variable store go to a throw-away overlay (snapshot=on).  Every
+        # arm64 kernel of the lab has patches/arm64-lab/, without which 6.12
+        # would ignore the SRAT on this machine.
+        machine += ",hmat=on"
     cmd = [QEMU_ARM64, "-nodefaults", "-no-user-config", "-no-reboot",
-           "-display", "none", "-machine", "virt,gic-version=3",
-           "-smp", str(shape.cpus)]
+           "-display", "none", "-machine", machine, "-smp", str(shape.cpus)]
+    if shape.node1:
+        cmd += ["-drive", f"if=pflash,format=raw,readonly=on,file={AAVMF}/AAVMF_CODE.fd",
+                "-drive", f"if=pflash,format=raw,snapshot=on,file={AAVMF}/AAVMF_VARS.fd"]
     if shape.icount:
         cmd += ["-accel", "tcg,thread=single", "-icount", "shift=0"]
     else:
@@ -234,7 +258,7 @@ def qemu_command_arm64(image, initrd, shape, console_log, output_log, accel,
         from lab import insnprof
         cmd += ["-plugin", f"{insnprof.plugin()},out={shape.insn_profile}/window,"
                 "arch=arm64" + ("" if shape.icount else ",insns=0")]
-    cmd += ["-m", f"{int(to_mib(shape.mem))}M"]
+    cmd += memory_args(shape)
     if shape.data_disk:
         cmd += ["-drive", f"file={shape.data_disk},if=virtio,format=raw,readonly=on"]
     cmd += ["-kernel", str(image), "-initrd", str(initrd),

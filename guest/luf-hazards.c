@@ -124,6 +124,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ktap.h"
 #include "unflush.h"
 
 static const char usage[] =
@@ -244,8 +245,11 @@ static const char usage[] =
 "anon-demote, pages migrated by it, pgmigrate_success; compact:\n"
 "compacted_pages, pages moved and still on the node; the bdev modes:\n"
 "refaulted_trials; bdev-closed: refused_trials, counted in trials).\n"
-"Exit 0: no violation; 1: violations (result printed), or a precondition\n"
-"failed (no result); 2: usage.\n";
+"KTAP (lib/ktap.h): one test, luf-hazards/<mode>, after the result line.\n"
+"Exit 0: no violation; 1: violations, or a precondition failed (no result\n"
+"line; the test's KTAP line says why); 4: skipped, the kernel or the\n"
+"machine lacks what the mode needs (LUF, a CPU-less node, soft-dirty bits,\n"
+"userfaultfd moves, the debug kernel's rule switches); 2: usage.\n";
 
 #define DISABLE_RULES	"/sys/kernel/debug/luf/disable_rules"
 #define UNMAP_FLUSH	"/sys/kernel/mm/tlb_batching/unmap_flush"
@@ -703,8 +707,8 @@ static void make_anon(struct run *r)
 	if (mode == ANON_DEMOTE)
 		memcg_leave();
 	if (mode == ANON_MOVE && !write_text(CLEAR_REFS, "4"))
-		die(1, "cannot write 4 to " CLEAR_REFS " (%s): anon-move needs CONFIG_MEM_SOFT_DIRTY",
-		    strerror(errno));
+		ktap_skip_exit("cannot write 4 to " CLEAR_REFS " (%s): anon-move needs CONFIG_MEM_SOFT_DIRTY",
+			       strerror(errno));
 	for (long k = 0; mode == ANON_FORCE && k < r->slots; k++)
 		if (mprotect((void *)r->anon_va[k], len, PROT_READ))
 			die(1, "mprotect(PROT_READ) of anonymous memory: %s",
@@ -726,11 +730,11 @@ static void move_setup(struct run *r)
 
 	r->uffd = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
 	if (r->uffd < 0)
-		die(1, "userfaultfd: %s (anon-move needs CONFIG_USERFAULTFD)",
-		    strerror(errno));
+		ktap_skip_exit("userfaultfd: %s (anon-move needs CONFIG_USERFAULTFD)",
+			       strerror(errno));
 	if (ioctl(r->uffd, UFFDIO_API, &api))
-		die(1, "UFFDIO_API with UFFD_FEATURE_MOVE: %s (anon-move needs Linux 6.8 or later)",
-		    strerror(errno));
+		ktap_skip_exit("UFFDIO_API with UFFD_FEATURE_MOVE: %s (anon-move needs Linux 6.8 or later)",
+			       strerror(errno));
 	dst = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (dst == MAP_FAILED)
@@ -762,8 +766,8 @@ static void demotion_setup(void)
 {
 	lower_node = cpuless_node();
 	if (lower_node < 0 || !path_exists(DEMOTION))
-		die(1, "demote needs a CPU-less memory node to demote to (%s): boot the lab's guest with --node1 SIZE",
-		    path_exists(DEMOTION) ? "none found" : "no " DEMOTION);
+		ktap_skip_exit("demote needs a CPU-less memory node to demote to (%s): boot the lab's guest with --node1 SIZE",
+			       path_exists(DEMOTION) ? "none found" : "no " DEMOTION);
 	setting_write(DEMOTION, "1");
 	/*
 	 * Its scanner makes the reader's PTEs to pages off the top tier
@@ -903,11 +907,11 @@ static void compact_setup(void)
 {
 	lower_node = cpuless_node();
 	if (lower_node < 0)
-		die(1, "compact needs a CPU-less memory node to compact: boot the lab's guest with --node1 SIZE");
+		ktap_skip_exit("compact needs a CPU-less memory node to compact: boot the lab's guest with --node1 SIZE");
 	snprintf(compact_path, sizeof(compact_path),
 		 "/sys/devices/system/node/node%d/compact", lower_node);
 	if (!path_exists(compact_path) || !path_exists(COMPACT_UNEVICTABLE))
-		die(1, "no %s: compact needs CONFIG_COMPACTION", compact_path);
+		ktap_skip_exit("no %s: compact needs CONFIG_COMPACTION", compact_path);
 	setting_write(COMPACT_UNEVICTABLE, "0");
 	/* its scanner would flush the reader's PTEs to node 1's pages */
 	if (path_exists(NUMA_BALANCING))
@@ -1029,7 +1033,7 @@ static void set_rules(const char *mask)
 {
 	need_debugfs(DISABLE_RULES);
 	if (!path_exists(DISABLE_RULES))
-		die(1, "--disable-rules: no " DISABLE_RULES ": this kernel has no CONFIG_DEBUG_LUF; use the lab's debug kernel");
+		ktap_skip_exit("--disable-rules: no " DISABLE_RULES ": this kernel has no CONFIG_DEBUG_LUF; use the lab's debug kernel");
 	setting_write(DISABLE_RULES, mask);
 }
 
@@ -1369,13 +1373,15 @@ int main(int argc, char **argv)
 	if (!r.trials)
 		r.trials = args.quick ? 200 : 1000;
 	snprintf(name, sizeof(name), "luf-hazards/%s", names[mode]);
+	ktap_plan(1);
+	ktap_test("%s", name);
 
 	/* preconditions: never a pass that was not tested */
 	if (!path_exists(LUF_SWITCH))
-		die(1, "this kernel has no LUF (" LUF_SWITCH "): nothing to attack");
+		ktap_skip_exit("this kernel has no LUF (" LUF_SWITCH "): nothing to attack");
 	attack_cpus(&main_cpu, &reader_cpu);
 	if (vmstat_value("nr_tlb_luf_folios") < 0)
-		die(1, "no nr_tlb_luf_folios in /proc/vmstat (CONFIG_VM_EVENT_COUNTERS): a lazy take-away could not be told from a flushed one");
+		ktap_skip_exit("no nr_tlb_luf_folios in /proc/vmstat (CONFIG_VM_EVENT_COUNTERS): a lazy take-away could not be told from a flushed one");
 	/*
 	 * demote: whether a reclaim call demotes the trial's page (and not
 	 * another page of the cgroup), and whether its copy outlives the call,
@@ -1521,6 +1527,6 @@ int main(int argc, char **argv)
 	attack_switch_checks(&checks);
 	report_result(name, "threads", 0, &p, &extra, &checks);
 	phase_free(&p);
-	fflush(stdout);
-	return violations ? 1 : 0;
+	ktap_result(!violations);
+	return ktap_status();
 }

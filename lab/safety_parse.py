@@ -381,28 +381,23 @@ def parse_metrics_yaml(text):
 
 # --- stale-tlb and luf-hazards ------------------------------------------------
 
-# the line the suite's script echoes after each mode of a program that
-# prints no KTAP (luf-hazards): tag, mode, exit status
-TRIALS_EXIT = re.compile(r"^(SAFETY-\S+-EXIT) (\S+) (\d+)$")
 # the exit status kselftest gives each KTAP result (KSFT_PASS, _FAIL, _SKIP)
 KTAP_EXIT = {"pass": 0, "fail": 1, "skip": 4}
 
 
-def parse_trials(output, program, modes, exit_tag=None):
+def parse_trials(output, program, modes):
     """Per mode of a guest program that runs trials against a reader
     (guest/stale-tlb, guest/luf-hazards): trials run, violations seen, exit
     status, and for luf-hazards the folios it saw unmapped lazily and the
     trials the kernel refused to make lazy.
 
-    stale-tlb reports each mode as a KTAP test, <program>/<mode>, whose
-    result gives the exit status and its reason; luf-hazards' modes are
-    followed by an @exit_tag line.  A violation line is printed the moment
+    Each mode is a KTAP test, <program>/<mode>, whose result gives the
+    exit status and its reason.  A violation line is printed the moment
     the reader sees the wrong data, so it counts even if the guest died
     before the program reported; a mode with no result did not finish
     (exit -1)."""
     out = {m: {"trials": 0, "violations": 0, "exit": -1, "message": "", "first": ""}
            for m in modes}
-    last = {}
     for line in output.splitlines():
         tag, _, rest = line.partition(" ")
         if tag in ("UNFLUSH-RESULT", "UNFLUSH-VIOLATION"):
@@ -426,15 +421,6 @@ def parse_trials(output, program, modes, exit_tag=None):
             if mode in out:
                 out[mode]["exit"] = KTAP_EXIT[r[2]]
                 out[mode]["message"] = r[3]
-        elif (m := TRIALS_EXIT.match(line)) and m.group(1) == exit_tag:
-            if m.group(2) in out:
-                out[m.group(2)]["exit"] = int(m.group(3))
-                out[m.group(2)]["message"] = last.get(m.group(2), "")
-        elif line.startswith(program + ": "):
-            for mode in modes:   # the program's one-line error, for the summary
-                if out[mode]["exit"] == -1:
-                    last[mode] = line
-                    break
     return out
 
 

@@ -5,9 +5,8 @@ test_arm64_luf.py).
 Their guest programs (guest/stale-tlb.c, guest/luf-hazards.c) print each
 violation the moment the reader sees it, `UNFLUSH-VIOLATION {json}`, then one
 `UNFLUSH-RESULT {json}` per mode; a kernel broken on purpose may corrupt
-memory and die before the result.  stale-tlb then reports the mode as a
-KTAP test, stale-tlb/<mode> (guest/lib/ktap.h); luf-hazards' exit status is
-echoed after it.
+memory and die before the result.  Each then reports the mode as a KTAP
+test, <program>/<mode> (guest/lib/ktap.h).
 """
 
 import json
@@ -15,23 +14,17 @@ import json
 from lab import safety_parse, vm
 from lab.errors import LabError
 
-KTAP_PROGRAMS = ("stale-tlb",)
-
-
 def command(program, modes, args):
     # every mode runs even if one fails
-    echo = "" if program in KTAP_PROGRAMS else "; echo MODE-EXIT {m} $?"
-    return "; ".join(f"{program} {m} {args}" + echo.format(m=m) for m in modes)
+    return "; ".join(f"{program} {m} {args}" for m in modes)
 
 
 def exits(output):
-    """Each mode's exit status: from its KTAP result (kselftest's: 0 pass,
-    1 fail, 4 skip), or as echoed."""
+    """Each mode's exit status, from its KTAP result (kselftest's: 0 pass,
+    1 fail, 4 skip)."""
     out = {}
     for ln in output.splitlines():
-        if ln.startswith("MODE-EXIT "):
-            out[ln.split()[1]] = int(ln.split()[2])
-        elif (r := safety_parse.ktap_result(ln)) and "/" in r[1]:
+        if (r := safety_parse.ktap_result(ln)) and "/" in r[1]:
             out[r[1].split("/", 1)[1]] = safety_parse.KTAP_EXIT[r[2]]
     return out
 

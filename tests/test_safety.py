@@ -358,38 +358,43 @@ def test_stale_reads_and_unfinished_modes_fail_a_kernel():
 
 def test_luf_hazards_results_by_mode_and_their_problems():
     out = "\n".join([
+        "TAP version 13", "1..1",
         'UNFLUSH-RESULT {"experiment":"luf-hazards/cow","trials":100,"violations":0,'
         '"checks":{"luf_folios":412}}',
-        "SAFETY-LUF-EXIT cow 0",
+        "ok 1 luf-hazards/cow",
+        "TAP version 13", "1..1",
         'UNFLUSH-RESULT {"experiment":"luf-hazards/bdev-closed","trials":100,'
         '"violations":0,"checks":{"luf_folios":0,"refused_trials":100}}',
-        "SAFETY-LUF-EXIT bdev-closed 0",
-        # another program's exit line with the same mode name is not this one's
-        "SAFETY-STALE-EXIT write 0",
+        "ok 1 luf-hazards/bdev-closed",
+        # another program's test of the same mode name is not this one's
+        "ok 1 stale-tlb/write",
+        "TAP version 13", "1..1",
         'UNFLUSH-VIOLATION {"experiment":"luf-hazards/write","kind":"old","trial":3}',
         'UNFLUSH-RESULT {"experiment":"luf-hazards/write","trials":3,"violations":1,'
         '"checks":{"luf_folios":12}}',
-        "SAFETY-LUF-EXIT write 1",
-        "luf-hazards: /scratch is not a disk filesystem",   # dio: no result
-        "SAFETY-LUF-EXIT dio 1",
+        "not ok 1 luf-hazards/write",
+        "TAP version 13", "1..1",
+        "not ok 1 luf-hazards/dio # /scratch is not a disk filesystem",   # no result
+        "luf-hazards: /scratch is not a disk filesystem",
+        "TAP version 13", "1..1",
+        "ok 1 luf-hazards/demote # SKIP demote needs a CPU-less memory node",
     ])
     luf = parse.parse_trials(out, "luf-hazards",
-                             ("cow", "bdev-closed", "write", "dio", "truncate"),
-                             "SAFETY-LUF-EXIT")
+                             ("cow", "bdev-closed", "write", "dio", "truncate", "demote"))
     assert luf["cow"] == {"trials": 100, "violations": 0, "exit": 0, "message": "",
                           "first": "", "luf_folios": 412}
     assert luf["bdev-closed"]["refused_trials"] == 100
     assert luf["write"]["violations"] == 1 and luf["write"]["exit"] == 1
     assert luf["dio"]["exit"] == 1 and "disk filesystem" in luf["dio"]["message"]
     assert luf["truncate"]["exit"] == -1        # never finished
+    assert luf["demote"]["exit"] == 4 and "CPU-less" in luf["demote"]["message"]
     kr = kernel_run("patched", MMAP)
     kr.luf = luf
     entry = safety.summarize(kr)
     assert entry["luf_hazards"]["trials"] == 203
     assert not entry["ok"]
     assert any("luf-hazards write: 1 reads" in p for p in entry["problems"])
-    assert any("luf-hazards dio: exit 1: luf-hazards: /scratch" in p
-               for p in entry["problems"])
+    assert any("luf-hazards dio: exit 1: /scratch" in p for p in entry["problems"])
     assert any("luf-hazards truncate: exit -1" in p for p in entry["problems"])
     assert "    cow: 100 trials, 0 violations, 412 folios unmapped lazily, exit 0" in \
         safety.table("patched", entry)

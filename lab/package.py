@@ -10,7 +10,8 @@ linux-headers-<release>.  Two configurations:
           differs from the lab's `-patched`.  The lab's config has no
           modules, so there is no linux-headers package.  With --arch
           arm64, the same from patched-arm64, cross-built
-          (dpkg-buildpackage -aarm64 needs no arm64 library).
+          (dpkg-buildpackage -aarm64 needs no arm64 library), less the
+          lab's own change (patches/arm64-lab/).
   debian  Debian's amd64 config for 6.12 (package linux-config-6.12) plus
           config/series.config and config/package-debian.config: what a
           Debian 12 machine would install beside its stock kernel.  A cold
@@ -126,6 +127,17 @@ def seed_from_patched(dest, variant="patched"):
         raise LabError(f"copying {src} failed: {proc.stderr.strip()[-200:]}")
 
 
+def forget_lab_changes(dest):
+    """The objects of the files patches/arm64-lab/ changes, removed from a
+    copy of an arm64 build: make compiles them again from the series' own
+    tree, so that a package carries none of the lab's change (the copied
+    objects are newer than those sources, and would be kept)."""
+    for patch in tree.arm64_lab_files():
+        for line in patch.read_text().splitlines():
+            if line.startswith("+++ b/") and line.endswith(".c"):
+                (dest / line[len("+++ b/"):-2]).with_suffix(".o").unlink(missing_ok=True)
+
+
 def configure_debian(dest):
     """Debian's amd64 config with the series' and the package's fragments."""
     check_debian_config()
@@ -148,6 +160,8 @@ def make_packages(config, jobs=None, out=None, arch="amd64"):
     if config == "lab":
         build.build(variant, jobs=jobs)
         seed_from_patched(where, variant)
+        if arch != "amd64":
+            forget_lab_changes(where)
     else:
         tree.ensure_patched()
         configure_debian(where)

@@ -40,6 +40,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ktap.h"
 #include "unflush.h"
 
 static const char usage[] =
@@ -53,8 +54,13 @@ static const char usage[] =
 "every process reads its data back, and that swapoff then finds no swap\n"
 "entry still counted (it is swapped on again).  Needs root and one swap\n"
 "device with nothing in it (the lab's --zram).  Prints one UNFLUSH-RESULT\n"
-"line per repetition (id anon-swap-sharers); exits 1 with one line on the\n"
-"first failure.\n";
+"line per repetition (id anon-swap-sharers).\n"
+"KTAP (lib/ktap.h): one test, anon-swap-sharers, after the result lines.\n"
+"Exit 0: every repetition passed; 1: a check failed (data lost, a mapping\n"
+"not swapped, swapoff not finished: a swap count leaked) or a precondition\n"
+"failed, stopping at once, with no result line for that repetition (the\n"
+"test's KTAP line says why); 4: skipped, the kernel lacks 64K anonymous\n"
+"folios, their stats or memory.reclaim; 2: usage.\n";
 
 #define FOLIO_KB	64
 #define FOLIO_PAGES	16
@@ -372,7 +378,8 @@ int main(int argc, char **argv)
 	struct own_arg args[] = { { .name = "folios" }, { .name = "sharers" },
 				  { .name = "uneven" } };
 	struct run_opts o;
-	const char *cgroup;
+	const char *cgroup, *why;
+	char path[600];
 
 	run_opts_init(&o, usage, false);
 	parse_run_args(argc, argv, &o, args, 3);
@@ -383,11 +390,23 @@ int main(int argc, char **argv)
 		usage_error("--uneven %ld twice is more than --sharers %ld",
 			    nuneven, nsharers);
 
+	ktap_plan(1);
+	ktap_test("anon-swap-sharers");
+
+	why = mthp_missing(FOLIO_KB);
+	if (why)
+		ktap_skip_exit("%s", why);
 	require_swap(2 * nfolios * FOLIO_KB * KiB);
 	find_swap_device();
 	mthp_set_only(FOLIO_KB);
 	cgroup = memcg_create("anon-swap-sharers", 0);
+	snprintf(path, sizeof(path), "%s/memory.reclaim", cgroup);
+	if (!path_exists(path))
+		ktap_skip_exit("no %s: the swap-out needs a memory cgroup's memory.reclaim (Linux 5.19 or later)",
+			       path);
 	for (int rep = 0; rep < o.reps; rep++)
 		one_rep(rep, cgroup);
-	return 0;
+	/* every failed check died, its KTAP line saying why */
+	ktap_result(true);
+	return ktap_status();
 }

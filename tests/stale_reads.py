@@ -7,6 +7,10 @@ violation the moment the reader sees it, `UNFLUSH-VIOLATION {json}`, then one
 `UNFLUSH-RESULT {json}` per mode; a kernel broken on purpose may corrupt
 memory and die before the result.  Each then reports the mode as a KTAP
 test, <program>/<mode> (guest/lib/ktap.h).
+
+The lab's other guest programs that pass or fail report in KTAP too:
+ktap_exits() reads each test's exit status from its result line, and
+runs() each run's where one boot runs a program more than once.
 """
 
 import json
@@ -19,13 +23,43 @@ def command(program, modes, args):
     return "; ".join(f"{program} {m} {args}" for m in modes)
 
 
-def exits(output):
-    """Each mode's exit status, from its KTAP result (kselftest's: 0 pass,
-    1 fail, 4 skip)."""
+def ktap_exits(output):
+    """Each KTAP test's exit status by its name, from its result line
+    (kselftest's: 0 pass, 1 fail, 4 skip); a test with none (killed, or the
+    guest died) is absent."""
     out = {}
     for ln in output.splitlines():
-        if (r := safety_parse.ktap_result(ln)) and "/" in r[1]:
-            out[r[1].split("/", 1)[1]] = safety_parse.KTAP_EXIT[r[2]]
+        if r := safety_parse.ktap_result(ln):
+            out[r[1]] = safety_parse.KTAP_EXIT[r[2]]
+    return out
+
+
+def exits(output):
+    """Each mode's exit status, of the KTAP tests named <program>/<mode>."""
+    return {name.split("/", 1)[1]: status
+            for name, status in ktap_exits(output).items() if "/" in name}
+
+
+def runs(output, program):
+    """Each run of @program by the label the script echoed before it
+    (`RUN <label>`): its exit status (None if it has no KTAP result), its
+    last UNFLUSH-RESULT (None if it reported none) and the lines it said
+    on stderr, `<program>: ...`."""
+    lines, label = {}, None
+    for ln in output.splitlines():
+        if ln.startswith("RUN "):
+            label = ln.split(" ", 1)[1]
+            lines[label] = []
+        elif label is not None:
+            lines[label].append(ln)
+    out = {}
+    for label, text in ((k, "\n".join(v)) for k, v in lines.items()):
+        results = [r for r in records(text, "UNFLUSH-RESULT")
+                   if r["experiment"] == program]
+        out[label] = {"exit": ktap_exits(text).get(program),
+                      "result": results[-1] if results else None,
+                      "errors": [ln for ln in text.splitlines()
+                                 if ln.startswith(program + ": ")]}
     return out
 
 

@@ -1,6 +1,7 @@
 """guest/lib/ktap.c, the KTAP lines of the guest programs that pass or
 fail, built on the host with a small driver and read back by the lab's one
-KTAP reader (lab/safety_parse.py)."""
+KTAP reader (lab/safety_parse.py); and the exit statuses the VM tests read
+from them (tests/stale_reads.py)."""
 
 import shutil
 import subprocess
@@ -8,6 +9,7 @@ import subprocess
 import pytest
 
 from lab import paths, safety_parse
+from stale_reads import ktap_exits, runs
 
 DRIVER = r"""
 #include <stdarg.h>
@@ -73,3 +75,32 @@ def test_each_verdict_is_one_ktap_line_and_its_exit_status(demo, how, status,
     results = [r for r in map(safety_parse.ktap_result, lines[2:]) if r]
     assert results == [(1, f"demo/{how}", status, reason)], lines
     assert safety_parse.KTAP_EXIT[status] == exit_code
+
+
+def test_exit_statuses_by_labelled_run():
+    """A boot that runs a program once per setting of a switch
+    (test_swap_sharers.py): each run's KTAP exit status, result and own
+    lines, by the label echoed before it."""
+    leak = ("swapoff of /dev/zram0 did not finish in 60 s after every sharer "
+            "unmapped its pages: a swap count leaked")
+    out = "\n".join([
+        "RUN anon_unmap=1", "TAP version 13", "1..1",
+        'UNFLUSH-RESULT {"experiment":"anon-swap-sharers","rep":0,"checks":{"folios":64}}',
+        "ok 1 anon-swap-sharers",
+        "RUN anon_unmap=0", "TAP version 13", "1..1",
+        f"not ok 1 anon-swap-sharers # {leak}",
+        f"anon-swap-sharers: {leak}",
+        "RUN old", "TAP version 13", "1..1",
+        "ok 1 anon-swap-sharers # SKIP this kernel has no 64K anonymous folios",
+        "RUN killed", "TAP version 13", "1..1",
+    ])
+    by_run = runs(out, "anon-swap-sharers")
+    assert by_run["anon_unmap=1"] == {
+        "exit": 0, "errors": [],
+        "result": {"experiment": "anon-swap-sharers", "rep": 0, "checks": {"folios": 64}}}
+    assert by_run["anon_unmap=0"] == {"exit": 1, "result": None,
+                                      "errors": [f"anon-swap-sharers: {leak}"]}
+    assert by_run["old"]["exit"] == 4
+    assert by_run["killed"] == {"exit": None, "result": None, "errors": []}
+    # over the whole output, each name's last result
+    assert ktap_exits(out) == {"anon-swap-sharers": 4}

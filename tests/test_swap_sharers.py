@@ -18,12 +18,11 @@ raised before the one that needs a continuation are raised twice, and
 swapoff must not finish.
 """
 
-import json
-
 import pytest
 
 from lab import build, vm
 from lab.errors import LabError
+from stale_reads import runs
 
 pytestmark = pytest.mark.vm
 
@@ -37,23 +36,14 @@ def shape():
 
 
 def results(output):
-    """The UNFLUSH-RESULT of each run, by the label echoed before it."""
-    runs, current = {}, None
-    for line in output.splitlines():
-        if line.startswith("RUN "):
-            current = line.split(" ", 1)[1]
-        elif line.startswith("UNFLUSH-RESULT ") and current:
-            runs.setdefault(current, {})["result"] = json.loads(line.split(" ", 1)[1])
-        elif line.startswith("SHARERS-EXIT ") and current:
-            runs.setdefault(current, {})["exit"] = int(line.split()[1])
-        elif line.startswith("anon-swap-sharers: ") and current:
-            runs.setdefault(current, {}).setdefault("errors", []).append(line)
-    return runs
+    """Each run by the label echoed before it: the exit status of its KTAP
+    test, anon-swap-sharers, its UNFLUSH-RESULT and its own lines."""
+    return runs(output, "anon-swap-sharers")
 
 
 def passed(runs, label):
     run = runs.get(label, {})
-    assert run.get("exit") == 0 and "result" in run, \
+    assert run.get("exit") == 0 and run.get("result"), \
         f"{label}: exit {run.get('exit')}: {run.get('errors')}"
     checks = run["result"]["checks"]
     # every mapping of every page became a swap entry: 16 pages of each
@@ -70,7 +60,7 @@ def patched_run():
     lines = []
     for value in (1, 0):
         lines += [f"echo {value} > {SWITCH}", f"echo RUN anon_unmap={value}",
-                  f"{PROGRAM}; echo SHARERS-EXIT $?"]
+                  PROGRAM]
     lines.append(f"echo 1 > {SWITCH}")
     return vm.run(build.built("patched"), "\n".join(lines) + "\n", shape(),
                   quiet=True).output
@@ -95,7 +85,7 @@ def test_shared_beyond_swap_map_max(variant):
     """vanilla: the test holds for the kernel without the series; debug:
     the series under DEBUG_VM, lockdep and KASAN, switch at its default."""
     output = vm.run(build.built(variant),
-                    f"echo RUN {variant}\n{PROGRAM}; echo SHARERS-EXIT $?\n",
+                    f"echo RUN {variant}\n{PROGRAM}\n",
                     shape(), quiet=True).output
     passed(results(output), variant)
 
@@ -105,7 +95,7 @@ def test_raise_without_refusal_is_caught():
     up to that entry, then refused, then raised again entry by entry."""
     kernel = build.built("broken")
     logdir = vm.new_logdir(kernel)
-    command = f"echo RUN broken\n{PROGRAM}; echo SHARERS-EXIT $?\n"
+    command = f"echo RUN broken\n{PROGRAM}\n"
     try:
         output = vm.run(kernel, command, shape(), logdir=logdir, quiet=True,
                         allow_splats=True).output

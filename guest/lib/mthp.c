@@ -56,6 +56,29 @@ void mthp_set_only(unsigned long folio_kb)
 		    folio_kb, folio_kb);
 }
 
+const char *mthp_missing(unsigned long folio_kb)
+{
+	static char why[256];
+	char dir[128], path[160];
+
+	snprintf(dir, sizeof(dir), THP_DIR "/hugepages-%lukB", folio_kb);
+	if (!path_exists(THP_DIR "/enabled"))
+		return "this kernel has no transparent hugepages (no " THP_DIR "/enabled: CONFIG_TRANSPARENT_HUGEPAGE)";
+	snprintf(path, sizeof(path), "%s/enabled", dir);
+	if (!path_exists(path)) {
+		snprintf(why, sizeof(why), "this kernel has no %luK anonymous folios (no %s)",
+			 folio_kb, path);
+		return why;
+	}
+	snprintf(path, sizeof(path), "%s/stats", dir);
+	if (!path_exists(path)) {
+		snprintf(why, sizeof(why), "this kernel does not count %luK folios (no %s): their use could not be verified",
+			 folio_kb, path);
+		return why;
+	}
+	return NULL;
+}
+
 /* Large folios of any size faulted in during @p (sum over the sizes). */
 static long long large_folio_faults(const struct phase *p)
 {

@@ -327,6 +327,12 @@ void report_result(const char *experiment, const char *shape, int rep,
 
 /* Enable anonymous mTHP of @folio_kb only (4 = none), restored at exit. */
 void mthp_set_only(unsigned long folio_kb);
+/*
+ * What this kernel lacks to give anonymous folios of @folio_kb (> 4) and
+ * count them (transparent hugepages, that size, its stats), for a test to
+ * skip on; NULL if nothing.
+ */
+const char *mthp_missing(unsigned long folio_kb);
 /* @bytes of private anonymous read-write memory at an @align boundary */
 char *map_aligned(size_t bytes, size_t align);
 /*

@@ -35,6 +35,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "ktap.h"
 #include "unflush.h"
 
 static const char usage[] =
@@ -47,8 +48,13 @@ static const char usage[] =
 "every page is mapped or swapped with its own bits, (c) a normal pageout\n"
 "swaps every page with its own bits.  Needs root, swap on zram,\n"
 "CONFIG_GUP_TEST and CONFIG_MEM_SOFT_DIRTY; --uffd-wp 0 skips uffd-wp.\n"
-"Prints one UNFLUSH-RESULT line per repetition (id anon-unmap-rollback);\n"
-"exits 1 with one line on the first mismatch.\n";
+"Prints one UNFLUSH-RESULT line per repetition (id anon-unmap-rollback).\n"
+"KTAP (lib/ktap.h): one test, anon-unmap-rollback, after the result lines.\n"
+"Exit 0: every page of every repetition kept its state and data; 1: the\n"
+"first mismatch, or a precondition failed, with no result line for that\n"
+"repetition (the test's KTAP line says why); 4: skipped, the kernel lacks\n"
+"64K anonymous folios or their stats, gup_test, soft-dirty bits, or (unless\n"
+"--uffd-wp 0) userfaultfd's write-protection; 2: usage.\n";
 
 #define FOLIO_KB	64
 #define FOLIO_PAGES	16	/* FOLIO_KB / 4K */
@@ -287,10 +293,8 @@ static void find_zram(void)
 
 static int open_gup_test(void)
 {
-	int fd;
+	int fd = open(GUP_TEST_PATH, O_RDWR);
 
-	need_debugfs(GUP_TEST_PATH);
-	fd = open(GUP_TEST_PATH, O_RDWR);
 	if (fd < 0)
 		die(1, "cannot open " GUP_TEST_PATH ": %s (needs CONFIG_GUP_TEST and debugfs)",
 		    strerror(errno));
@@ -406,32 +410,70 @@ static int part_swap_full(struct region *r)
 	return swapped;
 }
 
+/* Whether pagemap shows soft-dirty bits: a page just written has one. */
+static bool soft_dirty_bits(void)
+{
+	char *p = mmap(NULL, PAGE_SIZE_4K, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	bool sd;
+
+	if (p == MAP_FAILED)
+		die(1, "mmap: %s", strerror(errno));
+	*(volatile char *)p = 1;
+	sd = pagemap_read(pagemap_fd, (uintptr_t)p) & PM_SOFT_DIRTY;
+	munmap(p, PAGE_SIZE_4K);
+	return sd;
+}
+
+/* The userfaultfd for uffd-wp; skips if the kernel has none. */
+static void open_uffd(void)
+{
+	struct uffdio_api api = { .api = UFFD_API };
+
+	uffd = syscall(__NR_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	if (uffd < 0 && errno == ENOSYS)
+		ktap_skip_exit("no userfaultfd (CONFIG_USERFAULTFD); or --uffd-wp 0");
+	if (uffd < 0)
+		die(1, "userfaultfd: %s (or --uffd-wp 0)", strerror(errno));
+	uffd_ioctl(UFFDIO_API, &api, "UFFDIO_API");
+	if (!(api.features & UFFD_FEATURE_PAGEFAULT_FLAG_WP))
+		ktap_skip_exit("userfaultfd has no write-protection here (UFFD_FEATURE_PAGEFAULT_FLAG_WP; CONFIG_HAVE_ARCH_USERFAULTFD_WP); or --uffd-wp 0");
+}
+
 int main(int argc, char **argv)
 {
 	struct own_arg args[] = { { .name = "uffd-wp" } };
 	struct fields checks = { 0 }, extra = { 0 };
 	struct run_opts o;
+	const char *why;
 	int cpu;
 
 	run_opts_init(&o, usage, false);
 	parse_run_args(argc, argv, &o, args, 1);
 	use_wp = arg_count(&args[0], 0, 1) != 0;
+	ktap_plan(1);
+	ktap_test("anon-unmap-rollback");
 
-	require_swap(4 * MiB);
+	if (geteuid())
+		die(1, "needs root: gup_test in debugfs, PFNs in /proc/self/pagemap, zram's mem_limit");
 	online_cpus(&cpu, 1);
 	pin_main(cpu);
+	/* what the kernel must have: else skipped */
+	why = mthp_missing(FOLIO_KB);
+	if (why)
+		ktap_skip_exit("%s", why);
+	need_debugfs(GUP_TEST_PATH);
+	if (!path_exists(GUP_TEST_PATH))
+		ktap_skip_exit("no " GUP_TEST_PATH ": part a pins a page with gup_test (CONFIG_GUP_TEST, debugfs)");
+	pagemap_fd = pagemap_open(0);
+	if (!soft_dirty_bits())
+		ktap_skip_exit("pagemap shows no soft-dirty bit on a page just written: this kernel has no CONFIG_MEM_SOFT_DIRTY");
+	if (use_wp)
+		open_uffd();
+	/* what the machine must be set up with: else not ok */
+	require_swap(4 * MiB);
 	mthp_set_only(FOLIO_KB);
 	find_zram();
-	pagemap_fd = pagemap_open(0);
-	if (use_wp) {
-		struct uffdio_api api = { .api = UFFD_API };
-
-		uffd = syscall(__NR_userfaultfd, O_CLOEXEC | O_NONBLOCK);
-		if (uffd < 0)
-			die(1, "userfaultfd: %s (needs CONFIG_USERFAULTFD; or --uffd-wp 0)",
-			    strerror(errno));
-		uffd_ioctl(UFFDIO_API, &api, "UFFDIO_API");
-	}
 
 	for (int rep = 0; rep < o.reps; rep++) {
 		struct region a, b, c;
@@ -470,5 +512,7 @@ int main(int argc, char **argv)
 		region_free(&b);
 		region_free(&c);
 	}
-	return 0;
+	/* every mismatch died, its KTAP line saying why */
+	ktap_result(true);
+	return ktap_status();
 }

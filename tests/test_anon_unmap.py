@@ -13,16 +13,16 @@ through the one-at-a-time path; the outcome must be the same.  On the
 must fail.
 """
 
-import json
-
 import pytest
 
 from lab import build, vm
 from lab.errors import LabError
+from stale_reads import ktap_exits, runs
 
 pytestmark = pytest.mark.vm
 
 SWITCH = "/sys/kernel/mm/tlb_batching/anon_unmap"
+PROGRAM = "anon-unmap-rollback"
 PINNED_FOLIOS = 2      # part a pins one page in each of two 64K folios
 SAME = ("a_pages", "a_swapped_to_full_zram", "c_pages", "c_swapped", "b_pages")
 
@@ -32,31 +32,26 @@ def script():
     for value in (1, 0):
         lines += [f"echo {value} > {SWITCH}",
                   f"echo RUN {value} $(cat {SWITCH})",
-                  "anon-unmap-rollback --reps 1; echo ROLLBACK-EXIT $?"]
+                  f"{PROGRAM} --reps 1"]
     lines.append(f"echo 1 > {SWITCH}")
     return "\n".join(lines) + "\n"
 
 
 def parse(output):
-    runs, current = {}, None
-    for line in output.splitlines():
-        if line.startswith("RUN "):
-            _, value, seen = line.split()
-            assert value == seen, f"wrote {value}, switch reads {seen}"
-            current = int(value)
-        elif line.startswith("ROLLBACK-EXIT ") and current is not None:
-            runs.setdefault(current, {})["exit"] = int(line.split()[1])
-        elif line.startswith("UNFLUSH-RESULT ") and current is not None:
-            runs.setdefault(current, {})["result"] = json.loads(line.split(" ", 1)[1])
-        elif line.startswith("anon-unmap-rollback: ") and current is not None:
-            runs.setdefault(current, {}).setdefault("errors", []).append(line)
-    return runs
+    """Each run by the switch's value: the exit status of its KTAP test,
+    its UNFLUSH-RESULT and its own lines."""
+    out = {}
+    for label, run in runs(output, PROGRAM).items():
+        value, seen = label.split()
+        assert value == seen, f"wrote {value}, switch reads {seen}"
+        out[int(value)] = run
+    return out
 
 
 def finished(runs, value):
-    """The run with the switch at @value exited 0 and reported; else why not."""
+    """The run with the switch at @value passed and reported; else why not."""
     run = runs.get(value, {})
-    assert run.get("exit") == 0 and "result" in run, \
+    assert run.get("exit") == 0 and run.get("result"), \
         f"anon_unmap={value}: exit {run.get('exit')}: {run.get('errors')}"
     return run["result"]
 
@@ -111,16 +106,16 @@ def test_rollback_removed_is_caught():
     rss accounting then complains too (a splat, allowed here)."""
     kernel = build.built("broken")
     logdir = vm.new_logdir(kernel)
-    command = "anon-unmap-rollback --reps 1; echo ROLLBACK-EXIT $?; grep anon_unmap /proc/vmstat"
+    command = f"{PROGRAM} --reps 1; grep anon_unmap /proc/vmstat"
     try:
         output = vm.run(kernel, command, shape(), logdir=logdir, quiet=True,
                         allow_splats=True).output
     except LabError:  # the mismatch line is written before anything else
         output = (logdir / "output.log").read_text(errors="replace")
     lost = [ln for ln in output.splitlines()
-            if ln.startswith("anon-unmap-rollback: a (pinned)")]
+            if ln.startswith(f"{PROGRAM}: a (pinned)")]
     assert lost and "its PTE was lost" in lost[0], output[-3000:]
-    assert "ROLLBACK-EXIT 1" in output, output[-3000:]
+    assert ktap_exits(output) == {PROGRAM: 1}, output[-3000:]
     failed = [ln for ln in output.splitlines()
               if ln.startswith("nr_tlb_anon_unmap_batches_failed ")]
     assert failed and int(failed[0].split()[1]) >= PINNED_FOLIOS, output[-3000:]

@@ -104,3 +104,23 @@ def test_exit_statuses_by_labelled_run():
     assert by_run["killed"] == {"exit": None, "result": None, "errors": []}
     # over the whole output, each name's last result
     assert ktap_exits(out) == {"anon-swap-sharers": 4}
+
+
+def test_a_check_that_died_is_not_ok_among_other_lines():
+    """anon-unmap-rollback on the broken kernel (test_anon_unmap.py): the
+    mismatch dies, its KTAP line not ok, exit 1; the counters grepped after
+    it are no results."""
+    lost = ("a (pinned), pageout of a pinned folio: page 8 is neither mapped nor "
+            "swapped (pagemap 0): its PTE was lost")
+    out = "\n".join([
+        "TAP version 13", "1..1",
+        f"not ok 1 anon-unmap-rollback # {lost}",
+        f"anon-unmap-rollback: {lost}",
+        "nr_tlb_anon_unmap_batches 6",
+        "nr_tlb_anon_unmap_batches_failed 2",
+    ])
+    assert ktap_exits(out) == {"anon-unmap-rollback": 1}
+    # labelled "RUN <written> <read back>", as test_anon_unmap.py's runs are
+    by_run = runs("RUN 1 1\n" + out, "anon-unmap-rollback")
+    assert by_run == {"1 1": {"exit": 1, "result": None,
+                              "errors": [f"anon-unmap-rollback: {lost}"]}}

@@ -60,6 +60,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ktap.h"
 #include "unflush.h"
 
 static const char usage[] =
@@ -98,8 +99,12 @@ static const char usage[] =
 "longest gap between two reads: the resolution), takeaway_ms_max (the\n"
 "longest MADV_PAGEOUT); checks lazy_trials,\n"
 "luf_folios, held_rise_min, released_trials.\n"
+"KTAP (lib/ktap.h): one test after the result line, luf-bound/hog-one, or\n"
+"luf-bound/hog-all with --hog-all.\n"
 "Exit 0: every trial released within --bound-ms; 1: a trial was not (after\n"
-"the result), or a precondition failed (no result); 2: usage.\n";
+"the result), or a precondition failed (no result line; the test's KTAP\n"
+"line says why); 4: skipped, the kernel has no LUF or not its counters;\n"
+"2: usage.\n";
 
 #define HOG_PRIO	50
 #define MONITOR_PRIO	60
@@ -560,16 +565,18 @@ int main(int argc, char **argv)
 	if (pages > MAX_PAGES)
 		usage_error("--pages %ld: at most %d", pages, MAX_PAGES);
 	len = pages * PAGE_SIZE_4K;
+	ktap_plan(1);
+	ktap_test("luf-bound/%s", hog_all ? "hog-all" : "hog-one");
 
 	/* preconditions: never a pass that was not measured */
 	if (geteuid())
 		die(1, "needs root: SCHED_FIFO threads, MADV_PAGEOUT of a file it does not own, and the luf switch");
 	if (!path_exists(LUF_SWITCH))
-		die(1, "this kernel has no LUF (" LUF_SWITCH "): nothing to measure");
+		ktap_skip_exit("this kernel has no LUF (" LUF_SWITCH "): nothing to measure");
 	if (vmstat_value("nr_tlb_luf_held") < 0 ||
 	    vmstat_value("nr_tlb_luf_folios") < 0 ||
 	    vmstat_value("nr_tlb_flush_luf_release") < 0)
-		die(1, "no nr_tlb_luf_held, nr_tlb_luf_folios or nr_tlb_flush_luf_release in /proc/vmstat (CONFIG_VM_EVENT_COUNTERS): a lazy take-away and its release could not be seen");
+		ktap_skip_exit("no nr_tlb_luf_held, nr_tlb_luf_folios or nr_tlb_flush_luf_release in /proc/vmstat (CONFIG_VM_EVENT_COUNTERS): a lazy take-away and its release could not be seen");
 	ncpus = online_cpus(cpus, MAX_CPUS);
 	if (ncpus < 2)
 		die(1, "needs 2 usable CPUs, has %d: LUF defers only a flush that would reach another CPU (the lab: --cpus 2)",
@@ -736,6 +743,7 @@ int main(int argc, char **argv)
 	report_result("luf-bound", "threads", 0, &p, &extra, &checks);
 	phase_free(&p);
 
+	/* a late release fails the test, its KTAP line saying how late */
 	if (unreleased)
 		die(1, "in %ld of %ld trials LUF had not released the pages %ld ms after the hog stopped (p50 of the others %.0f ms): held pages, and stale TLB entries, outlive the documented bound",
 		    unreleased, done, (long)((sh.limit - sh.hog_end) * 1e3), p50);
@@ -743,5 +751,6 @@ int main(int argc, char **argv)
 		die(1, "in %ld of %ld trials LUF released the pages later than --bound-ms %ld (p50 %.0f ms, max %.0f ms)%s",
 		    over, done, bound_ms, p50, lat_max,
 		    hog_all ? ": every CPU was hogged, the case the bound excludes" : "");
-	return 0;
+	ktap_result(true);
+	return ktap_status();
 }

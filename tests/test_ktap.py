@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from lab import paths, safety_parse
-from stale_reads import ktap_exits, runs
+from stale_reads import exits, ktap_exits, runs
 
 DRIVER = r"""
 #include <stdarg.h>
@@ -124,3 +124,23 @@ def test_a_check_that_died_is_not_ok_among_other_lines():
     by_run = runs("RUN 1 1\n" + out, "anon-unmap-rollback")
     assert by_run == {"1 1": {"exit": 1, "result": None,
                               "errors": [f"anon-unmap-rollback: {lost}"]}}
+
+
+def test_cases_of_one_program_by_their_names():
+    """luf-bound run twice in one boot (test_luf_bound.py), the second run
+    failing as it must: each case's exit status by its name."""
+    late = ("in 6 of 15 trials LUF released the pages later than --bound-ms 500 "
+            "(p50 430 ms, max 1206 ms): every CPU was hogged, the case the bound excludes")
+    out = "\n".join([
+        "TAP version 13", "1..1",
+        'UNFLUSH-RESULT {"experiment":"luf-bound","hog_all":0}',
+        "ok 1 luf-bound/hog-one",
+        "TAP version 13", "1..1",
+        'UNFLUSH-RESULT {"experiment":"luf-bound","hog_all":1}',
+        f"not ok 1 luf-bound/hog-all # {late}",
+        f"luf-bound: {late}",
+    ])
+    assert exits(out) == {"hog-one": 0, "hog-all": 1}
+    assert ktap_exits(out) == {"luf-bound/hog-one": 0, "luf-bound/hog-all": 1}
+    # a kernel without LUF skips either case
+    assert exits("ok 1 luf-bound/hog-one # SKIP this kernel has no LUF") == {"hog-one": 4}

@@ -22,7 +22,7 @@ several points a second; 26 of 70 trials were later than 500 ms (520 to
 import pytest
 
 from lab import build, vm
-from stale_reads import records
+from stale_reads import exits, records
 
 pytestmark = pytest.mark.vm
 
@@ -32,9 +32,9 @@ PAGES = 64           # luf-bound's default
 BOUND_MS = 500       # luf-bound's default --bound-ms
 HOLD_MS = 250        # LUF_HOLD_JIFFIES, HZ / 4
 
-COMMAND = (f"luf-bound --trials {TRIALS}; echo LUF-BOUND-EXIT one $?; "
-           f"luf-bound --trials {HOG_ALL_TRIALS} --hog-all; "
-           f"echo LUF-BOUND-EXIT all $?")
+# one KTAP test each: luf-bound/hog-one, luf-bound/hog-all
+COMMAND = (f"luf-bound --trials {TRIALS}; "
+           f"luf-bound --trials {HOG_ALL_TRIALS} --hog-all")
 
 
 def shape():
@@ -49,19 +49,19 @@ def guest_run():
 
 
 def run_of(output, case):
-    """(exit status, UNFLUSH-RESULT, luf-bound's own lines) of one run."""
-    hog_all = case == "all"
-    exits = {ln.split()[1]: int(ln.split()[2]) for ln in output.splitlines()
-             if ln.startswith("LUF-BOUND-EXIT ")}
+    """(exit status of the KTAP test luf-bound/@case, its UNFLUSH-RESULT,
+    luf-bound's own lines) of one run; @case hog-one or hog-all."""
+    hog_all = case == "hog-all"
+    status = exits(output)
     results = [r for r in records(output, "UNFLUSH-RESULT")
                if r["experiment"] == "luf-bound" and r["hog_all"] == hog_all]
     said = [ln for ln in output.splitlines() if ln.startswith("luf-bound: ")]
-    assert case in exits and len(results) == 1, output[-3000:]
-    return exits[case], results[0], said
+    assert case in status and len(results) == 1, output[-3000:]
+    return status[case], results[0], said
 
 
 def test_release_within_bound_with_the_holding_cpu_hogged(guest_run):
-    status, r, said = run_of(guest_run.output, "one")
+    status, r, said = run_of(guest_run.output, "hog-one")
     assert status == 0, (said, r)
     lat = r["latency_ms"]
     # every trial lazy, undisturbed, and its pages released within the bound
@@ -85,7 +85,7 @@ def test_release_within_bound_with_the_holding_cpu_hogged(guest_run):
 
 
 def test_hogging_every_cpu_breaks_the_bound(guest_run):
-    status, r, said = run_of(guest_run.output, "all")
+    status, r, said = run_of(guest_run.output, "hog-all")
     assert status == 1, (said, r)
     assert r["trials"] == HOG_ALL_TRIALS and r["disturbed"] == 0, r
     assert r["checks"]["lazy_trials"] == HOG_ALL_TRIALS, r["checks"]

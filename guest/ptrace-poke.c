@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ktap.h"
 #include "unflush.h"
 
 static const char usage[] =
@@ -53,9 +54,11 @@ static const char usage[] =
 "                 /scratch, the lab's ext2 with unflush.scratch=SIZE);\n"
 "                 removed at exit\n"
 "\n"
-"Prints 'ptrace-poke: P pokes into P pages of N in S s'.  Exit 0; 1 if a\n"
-"poked word did not read back, or on a set-up error; 2: usage.  Needs root\n"
-"(cgroup v2's memory controller).\n";
+"Prints 'ptrace-poke: P pokes into P pages of N in S s'.  Needs root\n"
+"(cgroup v2's memory controller).\n"
+"KTAP (lib/ktap.h): one test, ptrace-poke, after that line.\n"
+"Exit 0: every poked word read back; 1: one did not, or a set-up error (no\n"
+"pokes line; the test's KTAP line says which); 2: usage.\n";
 
 static char path[256];
 static long npages;
@@ -188,6 +191,8 @@ int main(int argc, char **argv)
 		usage_error("--limit-mib %ld must be below --mib %ld, or reclaim never takes the mapped pages",
 			    limit, mib);
 	npages = mib * MiB / PAGE_SIZE_4K;
+	ktap_plan(1);
+	ktap_test("ptrace-poke");
 	poked = calloc(npages, 1);
 	if (!poked)
 		die(1, "out of memory");
@@ -245,5 +250,7 @@ int main(int argc, char **argv)
 	waitpid(pid, NULL, __WALL);
 	printf("ptrace-poke: %ld pokes into %ld pages of %ld in %ld s\n",
 	       pokes, pokes, npages, seconds);
-	return 0;
+	/* a word that did not read back died, its KTAP line saying where */
+	ktap_result(true);
+	return ktap_status();
 }

@@ -98,13 +98,14 @@ def run_clean(kernel, program, modes, args, shape):
 
 def poke(kernel, disable_rules, timeout):
     """guest/ptrace-poke for 60 s on @kernel (a debug kernel) with the LUF
-    rules in the mask @disable_rules off: (its run, the nr_tlb_luf_folios
-    and LUF flush counters after it, the kernel console).  Splats are
-    allowed only with a rule off, where the checker is meant to warn."""
+    rules in the mask @disable_rules off: (its run, whose KTAP test is
+    ptrace-poke, the nr_tlb_luf_folios and LUF flush counters after it, the
+    kernel console).  Splats are allowed only with a rule off, where the
+    checker is meant to warn."""
     logdir = vm.new_logdir(kernel)
     cmd = ("mount -t debugfs none /sys/kernel/debug 2>/dev/null; "
            f"echo {disable_rules} >/sys/kernel/debug/luf/disable_rules && "
-           "ptrace-poke --seconds 60; echo POKE-EXIT $?; "
+           "ptrace-poke --seconds 60; "
            "grep -E '^nr_tlb_(luf_folios|flush_luf_mm|flush_luf_bbm) ' /proc/vmstat")
     shape = vm.VMShape(cpus=2, mem="1G", append="unflush.scratch=64M", timeout=timeout)
     run = vm.run(kernel, cmd, shape, logdir=logdir, quiet=True,

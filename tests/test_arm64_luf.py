@@ -27,7 +27,7 @@ Opt-in like every arm64 guest (`make test-arm64`, or pytest --arm64, after
 import pytest
 
 from lab import build, datadisk, luf_hazards, vm
-from stale_reads import command, poke, run_clean, run_to_violation, violations
+from stale_reads import command, ktap_exits, poke, run_clean, run_to_violation, violations
 
 pytestmark = [pytest.mark.vm, pytest.mark.arm64]
 
@@ -101,7 +101,7 @@ def test_reuse_fails_without_r1_on_arm64():
 def test_checker_catches_r8_removed_under_a_debugger():
     kernel = build.built("debug-arm64")
     run, counters, _ = poke(kernel, 0, timeout=900)
-    assert "POKE-EXIT 0" in run.output, run.output[-3000:]
+    assert ktap_exits(run.output) == {"ptrace-poke": 0}, run.output[-3000:]
     assert counters["nr_tlb_luf_folios"] > 0 and counters["nr_tlb_flush_luf_bbm"] > 0, \
         counters
     _, _, console = poke(kernel, R8, timeout=900)

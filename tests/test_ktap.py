@@ -144,3 +144,20 @@ def test_cases_of_one_program_by_their_names():
     assert ktap_exits(out) == {"luf-bound/hog-one": 0, "luf-bound/hog-all": 1}
     # a kernel without LUF skips either case
     assert exits("ok 1 luf-bound/hog-one # SKIP this kernel has no LUF") == {"hog-one": 4}
+
+
+def test_a_workload_is_one_test_of_its_program_name():
+    """ptrace-poke, the debugger of the LUF checker's tests (stale_reads.poke()):
+    one test named as the program, among the counters grepped after it, and
+    no mode of a <program>/<mode> test."""
+    out = "\n".join([
+        "TAP version 13", "1..1",
+        "ptrace-poke: 8192 pokes into 8192 pages of 8192 in 60 s",
+        "ok 1 ptrace-poke",
+        "nr_tlb_luf_folios 5120",
+        "nr_tlb_flush_luf_mm 37",
+    ])
+    assert ktap_exits(out) == {"ptrace-poke": 0}
+    assert exits(out) == {}
+    died = "not ok 1 ptrace-poke # the word poked at 0x7f00 reads back 0x0, not 0xb0b0000000000001"
+    assert ktap_exits(died) == {"ptrace-poke": 1}

@@ -21,11 +21,11 @@ bench: setup
 # patches/testing/: a kernel that skips a flush on purpose, so the safety
 # tests are seen to fail where they must; `debug` has the LUF checker, whose
 # switches let the LUF tests break one rule at a time, and the KUnit test of
-# LUF's generations.
+# LUF's generations.  The slowest tests' times end the log (CI's budget).
 test: setup
 	$(PYTHON) -m pytest -ra -m fast tests
 	$(LAB) build vanilla patched broken debug
-	$(PYTHON) -m pytest -ra -m 'not fast' $(TEST_ARGS) tests
+	$(PYTHON) -m pytest -ra --durations=25 -m 'not fast' $(TEST_ARGS) tests
 
 # The arm64 kernels, cross-built, booted on QEMU's virt machine; not part of
 # `test`, whose run they would lengthen by their four cold builds

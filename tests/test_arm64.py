@@ -51,6 +51,11 @@ def test_arm64_variant_keeps_its_options(variant, tmp_path):
         "y" if variant == "patched-arm64" else "n")
     assert config.get("CONFIG_LUF", "n") == (
         "y" if variant == "patched-arm64" else "n")
+    # the per-source counters: only the series defines the option on arm64
+    assert config.get("CONFIG_DEBUG_TLBFLUSH", "n") == (
+        "y" if variant == "patched-arm64" else "n")
+    # the UEFI boot of a machine with node 1 runs the Image's EFI stub
+    assert config["CONFIG_EFI_STUB"] == "y" and config["CONFIG_ACPI_HMAT"] == "y"
 
 
 def arm64_kernel(tmp_path):
@@ -317,3 +322,35 @@ def test_arm64_package_installs_and_boots(tmp_path):
     lines = run.output.splitlines()
     assert lines[0] == release, run.output
     assert "luf" in lines and lines[-1] == "1", run.output
+
+
+@pytest.mark.vm
+@pytest.mark.arm64
+@pytest.mark.parametrize("variant", ARM64)
+def test_arm64_node1_is_a_lower_tier_and_pages_migrate_to_it(variant):
+    """Booted through UEFI, with the lab's change (patches/arm64-lab/), each
+    arm64 kernel has a CPU-less node 1 that the HMAT puts in a lower memory
+    tier; migrate-loop moves its pages there and back, and on patched-arm64
+    the series' counters say the moves' flushes were batched."""
+    shape = vm.VMShape(cpus=2, mem="1G", node1="512M", timeout=600)
+    script = "\n".join([
+        "echo has_cpu $(cat /sys/devices/system/node/has_cpu)",
+        "echo has_memory $(cat /sys/devices/system/node/has_memory)",
+        "for t in /sys/devices/virtual/memory_tiering/memory_tier*; do "
+        "echo tier ${t##*memory_tier} $(cat $t/nodelists); done",
+        "migrate-loop --quick --reps 1",
+    ])
+    run = vm.run(build.built(variant), script, shape, quiet=True)
+    lines = run.output.splitlines()
+    assert "has_cpu 0" in lines and "has_memory 0-1" in lines, run.output[-2000:]
+    tiers = sorted((int(ln.split()[1]), ln.split()[2]) for ln in lines
+                   if ln.startswith("tier "))
+    assert [nodes for _, nodes in tiers] == ["0", "1"], tiers   # node 1 below node 0
+    rec = result_of(run, "migrate-loop")
+    c = rec["counters"]
+    assert c["pgmigrate_success"] >= 64 * 1024 // 4, c
+    if variant == "patched-arm64":
+        assert c["nr_tlb_flush_migrate_batched"] > 0, c
+        assert c["nr_tlb_migrate_ptes_batched"] >= 64 * 1024 // 4, c
+    else:
+        assert not any(k.startswith("nr_tlb_") for k in c), c

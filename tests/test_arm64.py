@@ -337,7 +337,7 @@ def test_arm64_node1_is_a_lower_tier_and_pages_migrate_to_it(variant):
         "echo has_cpu $(cat /sys/devices/system/node/has_cpu)",
         "echo has_memory $(cat /sys/devices/system/node/has_memory)",
         "for t in /sys/devices/virtual/memory_tiering/memory_tier*; do "
-        "echo tier ${t##*memory_tier} $(cat $t/nodelists); done",
+        "echo tier ${t##*memory_tier} $(cat $t/nodelist); done",
         "migrate-loop --quick --reps 1",
     ])
     run = vm.run(build.built(variant), script, shape, quiet=True)

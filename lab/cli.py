@@ -1,7 +1,9 @@
 """Command line of the lab: `python3 -m lab <command> ...`.
 
   setup                 install the Debian and Python packages the lab needs
-  tree [--force]        make build/vanilla and build/patched (series applied)
+  tree [--force] [--arm64]
+                        make build/vanilla and build/patched (series applied);
+                        --arm64: the arm64 kernels' trees too
   export                write build/patched's commits back to patches/
   build [VARIANT...]    build kernels (vanilla and patched; `build --help`
                         lists the debug, broken, distro and arm64 variants)
@@ -101,6 +103,9 @@ def parser():
     t = sub.add_parser("tree", help="make the vanilla and patched kernel trees")
     t.add_argument("--force", action="store_true",
                    help="re-make build/patched from patches/, discarding its commits")
+    t.add_argument("--arm64", action="store_true",
+                   help="also the arm64 kernels' trees: vanilla, patched and broken "
+                        "with patches/arm64-lab/ (build/arm64-*)")
     sub.add_parser("export", help="write build/patched's commits to patches/")
     b = sub.add_parser("build", help="build kernels")
     b.add_argument("variants", nargs="*", metavar="VARIANT",
@@ -189,6 +194,9 @@ def main(argv=None):
         if args.cmd == "tree":
             tree.ensure_vanilla()
             tree.ensure_patched(force=args.force)
+            if args.arm64:
+                for source in ("vanilla", "patched", "broken"):
+                    tree.ensure_arm64(source)
             return 0
         if args.cmd == "export":
             tree.export()

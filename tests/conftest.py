@@ -30,8 +30,8 @@ def kernel(request):
 def pytest_addoption(parser):
     parser.addoption("--arm64", action="store_true",
                      help="also run the tests marked arm64, which boot the arm64 "
-                          "kernels (`python3 -m lab build vanilla-arm64 "
-                          "patched-arm64` first)")
+                          "kernels (`python3 -m lab build` them first: "
+                          "`make test-arm64` does)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -61,14 +61,14 @@ def fresh_clone_for_fast_tests(request, tmp_path_factory, monkeypatch):
 
 
 def skip_arm64(config, items):
-    """The arm64 guests are not part of `make test`: their two kernels add
-    about 40 minutes to a run from a cold ccache (README.md, "arm64").  They
-    run when asked for, with --arm64 or a -m expression that names arm64."""
+    """The arm64 guests run when asked for, with --arm64 or a -m expression
+    that names arm64: `make test` asks for its quick form once its arm64
+    kernels are built, `make test-arm64` for all of them (Makefile)."""
     expr = config.getoption("markexpr") or ""
     if config.getoption("--arm64") or ("arm64" in expr and "not arm64" not in expr):
         return
     skip = pytest.mark.skip(reason="arm64 guest: opt in with --arm64 (after "
-                                   "`python3 -m lab build vanilla-arm64 patched-arm64`)")
+                                   "building its kernels: `make test-arm64`)")
     for item in items:
         # the marker itself: "arm64" in item.keywords would also match a
         # parameter named arm64 (check-series' matrix configuration)

@@ -26,7 +26,7 @@ Opt-in like every arm64 guest (`make test-arm64`, or pytest --arm64, after
 
 import pytest
 
-from lab import build, datadisk, luf_hazards, vm
+from lab import build, datadisk, luf_hazards, safety, vm
 from stale_reads import command, ktap_exits, poke, run_clean, run_to_violation, violations
 
 pytestmark = [pytest.mark.vm, pytest.mark.arm64]
@@ -112,8 +112,8 @@ def test_checker_catches_r8_removed_under_a_debugger():
 # patched-arm64, caught on broken-arm64, the series plus patches/testing/,
 # whose reclaim, migration and swap-out issue no TLBI for read-only PTEs:
 # a test that cannot fail proves nothing.  migrate moves the pages to
-# node 1, which `virt` has when booted through UEFI.
-STALE_MODES = ("reclaim", "migrate", "anon", "anon-32k")
+# node 1, which `virt` has when booted through UEFI.  Every mode, as on x86.
+STALE_MODES = safety.STALE_TLB_MODES
 
 
 def stale_shape():

@@ -12,13 +12,13 @@ A safety test that has never failed proves nothing, so both are asserted.
 
 import pytest
 
-from lab import build, datadisk, vm
+from lab import build, datadisk, safety, vm
 from stale_reads import (command, exits, records, run_clean, run_to_violation,
                          violations)
 
 pytestmark = pytest.mark.vm
 
-MODES = ("reclaim", "migrate", "anon", "anon-32k")
+MODES = safety.STALE_TLB_MODES
 TRIALS = 300       # per mode and kernel; each took ~10 s of guest time under TCG
 
 

@@ -37,7 +37,7 @@
 
 #include "unflush.h"
 
-#define MAX_PRINTED	8	/* violations printed as they happen */
+#define MAX_PRINTED	8	/* violations of each kind printed as they happen */
 #define WAIT_S		30.0
 #define RECLAIM_TRIES	8	/* writes to memory.reclaim per take-away */
 
@@ -131,27 +131,44 @@ static bool bytes_of_either(uint64_t v, uint64_t a, uint64_t b)
 	return true;
 }
 
-/* old: the page's data before the take-away, seen where it must not be */
-static const char *violation_kind(int page, int w, uint64_t seen)
+/*
+ * What a wrong word is.  old: the page's data before the take-away, seen
+ * where it must not be; canary: the helper's data, in a page the reader
+ * lost; foreign: anything else (on a kernel that skips a flush, mostly the
+ * zeroes the allocator wrote for the page's next owner).
+ */
+static const char *const kind_name[NR_VIOLATION_KINDS] = {
+	[KIND_OLD] = "old", [KIND_CANARY] = "canary", [KIND_FOREIGN] = "foreign",
+};
+
+static enum violation_kind violation_kind(int page, int w, uint64_t seen)
 {
 	if (ctl->after != AFTER_SAME && seen == image_word(&ctl->old, page, w))
-		return "old";
-	return seen >> 32 == CANARY_MAGIC ? "canary" : "foreign";
+		return KIND_OLD;
+	return seen >> 32 == CANARY_MAGIC ? KIND_CANARY : KIND_FOREIGN;
 }
 
+/*
+ * @first: the page's first wrong read of the trial, which counts it as a
+ * violation; later kinds are printed only (see check_page()).
+ */
 static void report_violation(long trial, int page, int w, uintptr_t addr,
-			     uint64_t expected, uint64_t seen, bool want_sigbus)
+			     uint64_t expected, uint64_t seen, bool want_sigbus,
+			     enum violation_kind k, bool first)
 {
-	long n = atomic_fetch_add(&ctl->violations, 1);
-	const char *kind = violation_kind(page, w, seen);
+	const char *kind = kind_name[k];
 	char line[512], want[32];
 	int len;
 
-	if (n < MAX_DETAILS)
-		ctl->v[n] = (struct violation){ trial, page, addr, w * 8,
-						expected, seen, want_sigbus,
-						kind };
-	if (atomic_fetch_add(&ctl->printed, 1) >= MAX_PRINTED)
+	if (first) {
+		long n = atomic_fetch_add(&ctl->violations, 1);
+
+		if (n < MAX_DETAILS)
+			ctl->v[n] = (struct violation){ trial, page, addr,
+							w * 8, expected, seen,
+							want_sigbus, kind };
+	}
+	if (atomic_fetch_add(&ctl->printed[k], 1) >= MAX_PRINTED)
 		return;
 	if (want_sigbus)
 		snprintf(want, sizeof(want), "SIGBUS");
@@ -195,10 +212,12 @@ static int first_foreign(const volatile uint64_t *p, int i, int w, uint64_t v,
 /*
  * Read every word of page @i once.  Before "done" (@done false) a word may
  * be the old or, with AFTER_NEW, the new data (or a mix, see
- * first_foreign()); after it only what ctl->after says.  The first wrong
- * word of a page is reported once per trial.
+ * first_foreign()); after it only what ctl->after says.  A page's first
+ * wrong word of each kind is reported once per trial (@seen_kinds, a bit
+ * per kind): a reader that first catches a lost page zeroed for its next
+ * owner says so, and again when that owner's data shows through.
  */
-static void check_page(long t, int i, bool *bad, bool done)
+static void check_page(long t, int i, uint8_t *seen_kinds, bool done)
 {
 	const volatile uint64_t *p = (const volatile uint64_t *)
 		(ctl->va + i * PAGE_SIZE_4K);
@@ -206,6 +225,7 @@ static void check_page(long t, int i, bool *bad, bool done)
 	bool want_sigbus = done && ctl->after == AFTER_SIGBUS;
 	int wrong = -1;
 	uint64_t seen = 0, expected = 0;
+	enum violation_kind k;
 
 	if (ctl->after == AFTER_NEW) {
 		if (done)
@@ -241,10 +261,13 @@ static void check_page(long t, int i, bool *bad, bool done)
 	if (wrong < 0)
 		return;
 	atomic_fetch_add(&ctl->bad_reads, 1);
-	if (!bad[i]) {
-		bad[i] = true;
+	k = violation_kind(i, wrong, seen);
+	if (!(seen_kinds[i] & 1U << k)) {
+		bool first = !seen_kinds[i];
+
+		seen_kinds[i] |= 1U << k;
 		report_violation(t, i, wrong, (uintptr_t)&p[wrong], expected,
-				 seen, want_sigbus);
+				 seen, want_sigbus, k, first);
 	}
 }
 
@@ -262,20 +285,21 @@ static void on_sigbus(int sig)
 }
 
 /* check_page(), where a SIGBUS is the right answer (AFTER_SIGBUS) */
-static void check_page_or_sigbus(long t, int i, bool *bad, bool done)
+static void check_page_or_sigbus(long t, int i, uint8_t *seen_kinds,
+				 bool done)
 {
 	if (sigsetjmp(bus_jump, 0)) {
 		atomic_fetch_add(&ctl->sigbus_reads, 1);
 		return;
 	}
 	bus_armed = 1;
-	check_page(t, i, bad, done);
+	check_page(t, i, seen_kinds, done);
 	bus_armed = 0;
 }
 
 static void *reader_main(void *arg)
 {
-	bool bad[TRIAL_MAX_PAGES];
+	uint8_t seen_kinds[TRIAL_MAX_PAGES];
 	long cur = 0, passes = 0;
 
 	(void)arg;
@@ -290,7 +314,7 @@ static void *reader_main(void *arg)
 		if (t != cur) {
 			cur = t;
 			passes = 0;
-			memset(bad, 0, sizeof(bad));
+			memset(seen_kinds, 0, sizeof(seen_kinds));
 			atomic_store(&ctl->passes, 0);
 			atomic_store(&ctl->reader_trial, t);
 		}
@@ -303,9 +327,9 @@ static void *reader_main(void *arg)
 							 memory_order_acquire);
 
 			if (ctl->after == AFTER_SIGBUS)
-				check_page_or_sigbus(t, i, bad, done);
+				check_page_or_sigbus(t, i, seen_kinds, done);
 			else
-				check_page(t, i, bad, done);
+				check_page(t, i, seen_kinds, done);
 		}
 		atomic_store_explicit(&ctl->passes, ++passes,
 				      memory_order_release);

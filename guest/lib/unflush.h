@@ -421,6 +421,9 @@ enum after_done {
 	AFTER_SIGBUS,	/* before: old data or SIGBUS; after: SIGBUS only */
 };
 
+/* what the reader saw in a wrong word: see violation_kind() */
+enum violation_kind { KIND_OLD, KIND_CANARY, KIND_FOREIGN, NR_VIOLATION_KINDS };
+
 struct violation {
 	long trial;
 	int page;
@@ -443,7 +446,9 @@ struct attack {
 	/* reader -> main */
 	_Atomic long reader_trial;
 	_Atomic long passes;		/* full passes over the current trial */
-	_Atomic long violations, bad_reads, printed, sigbus_reads;
+	_Atomic long violations, bad_reads, sigbus_reads;
+	/* UNFLUSH-VIOLATION lines, by kind */
+	_Atomic long printed[NR_VIOLATION_KINDS];
 	_Atomic int reader_tid;
 	struct violation v[MAX_DETAILS];
 	/* main -> helper */

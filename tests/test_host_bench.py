@@ -276,11 +276,17 @@ def test_machine_meta_of_an_arm64_host(machine):
 def test_ctrl_c_waits_for_the_programs_to_clean_up(tmp_path):
     """A real shell: on Ctrl-C its programs get SIGINT, and run_script
     returns only once they have put back what they changed."""
-    done = tmp_path / "cleaned"
+    done, ready = tmp_path / "cleaned", tmp_path / "trapping"
     script = (f"trap 'sleep 0.3; echo yes > {done}; exit 3' INT\n"
+              f": > {ready}\n"
               "while :; do sleep 0.05; done\n")
 
     def ctrl_c(signum, frame):
+        # a shell not yet started as far as its trap dies of SIGINT
+        # without cleaning up: Ctrl-C once it has said it is trapping
+        if not ready.exists():
+            signal.setitimer(signal.ITIMER_REAL, 0.1)
+            return
         raise KeyboardInterrupt
     old = signal.signal(signal.SIGALRM, ctrl_c)
     signal.setitimer(signal.ITIMER_REAL, 0.3)

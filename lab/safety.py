@@ -44,7 +44,7 @@ KERNELS = ("vanilla", "patched", "debug", "vanilla-debug", "vanilla-distro",
            "patched-distro")
 # KASAN, lockdep and DEBUG_VM make the debug kernel this much slower (TCG);
 # the -distro kernels' vCPUs share one host thread (one_tcg_thread()).
-SLOWDOWN = {"vanilla": 1, "patched": 1, "debug": 4, "vanilla-debug": 4,
+SLOWDOWN = {"vanilla": 1, "patched": 1, "broken": 1, "debug": 4, "vanilla-debug": 4,
             "vanilla-distro": 2, "patched-distro": 2}
 # Each kernel is compared with the unpatched kernel built the same way: under
 # KASAN and lockdep a selftest can time out, or lose a race it wins at full
@@ -91,6 +91,8 @@ CATEGORIES = [
     Category("thp", 600, "khugepaged collapse, THP split, transhuge-stress"),
     Category("migration", 240, "move_pages(), migration entries under racing access"),
     Category("mkdirty", 60, "PTE/PMD dirtying in read-only VMAs"),
+    Category("stale_tlb", 120, "the series' selftest: reads through TLB entries that "
+             "reclaim, swap-out or migration should have flushed"),
     # slow under TCG: soak only
     Category("hugetlb", 1200, "hugetlb fault/madvise/mremap/shm/vmemmap, reservations"),
     Category("userfaultfd", 2400, "uffd missing/wp/minor faults, uffd-stress"),
@@ -106,7 +108,8 @@ CATEGORIES = [
 # two merge tests stay.
 QUICK_CATEGORIES = ["mmap", "gup_test", "compaction", "mlock", "process_mrelease",
                     "mremap", "madv_populate", "memfd_secret", "ksm_numa",
-                    "soft_dirty", "pagemap", "cow", "thp", "migration", "mkdirty"]
+                    "soft_dirty", "pagemap", "cow", "thp", "migration", "mkdirty",
+                    "stale_tlb"]
 SOAK_CATEGORIES = [c.name for c in CATEGORIES]
 
 
@@ -214,10 +217,16 @@ def churn_phase(seconds):
              "userfaultfd, io_uring, mremap, MAP_FIXED, mprotect and madvise churn")
 
 
+SELFTEST_SCRATCH = "64M"
+
+
 def selftest_shape(soak, variant):
     # 3 vCPUs: migration's tests want two threads besides the main one
-    # (numa_num_task_cpus() - 1 >= 2) and skip with fewer
+    # (numa_num_task_cpus() - 1 >= 2) and skip with fewer.  unflush.scratch:
+    # an ext2 on zram for $TMPDIR, where stale_tlb makes the file whose
+    # clean page cache reclaim drops (on the initramfs it would go to swap)
     return vm.VMShape(cpus=3, mem="2G", node1="1G", zram="1G",
+                      append=f"unflush.scratch={SELFTEST_SCRATCH}",
                       timeout=_budget(selftest_categories(soak), variant) + 120)
 
 
@@ -305,6 +314,11 @@ exec busybox tr "$@"
 
 SELFTEST_SCRIPT = r"""
 export PATH=/safety/bin:$PATH
+if grep -q " /scratch ext2 " /proc/mounts; then
+	export TMPDIR=/scratch
+else
+	echo "SAFETY-ERROR no /scratch: stale_tlb's file would not be on a disk filesystem"
+fi
 cat >/safety/bin/tr <<'EOF'
 """ + TR_SHIM + r"""EOF
 chmod +x /safety/bin/tr
@@ -529,6 +543,21 @@ def run_kernel(variant, soak, layer, outdir, parts=PARTS):
                             luf_shape(modes, soak, variant), outdir, kr, layer)
             kr.luf.update(parse.parse_trials(out, "luf-hazards", modes))
     return kr
+
+
+def run_selftests_alone(variant, names):
+    """Boot `variant` once for the selftest categories `names`: (parsed
+    tests, the guest's output, guest errors).  For tests of one category
+    on a kernel the quick suite does not run (the broken ones)."""
+    kernel = build.built(variant)
+    mm, _ = safety_build.build_selftests()
+    kr = KernelRun(variant, kernel.release)
+    cats = [c for c in CATEGORIES if c.name in names]
+    shape = dataclasses.replace(selftest_shape(False, variant),
+                                timeout=_budget(cats, variant) + 120)
+    out = run_guest(kernel, "selftests", selftest_script(cats, variant), shape,
+                    vm.new_logdir(kernel), kr, safety_build.layer(mm))
+    return parse.parse_vmtests(out), out, kr.errors
 
 
 def run_stress_alone(variant, phases, disable_rules=None):

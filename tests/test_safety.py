@@ -587,6 +587,19 @@ def test_selftests_really_ran(quick_run):
         assert skipped["reason"], skipped
 
 
+@pytest.mark.vm
+def test_the_series_stale_tlb_selftest_passes_everywhere(quick_run):
+    """The series' selftest of stale reads ran all four of its tests on
+    every kernel, vanilla's included, and none skipped: each had its pages
+    taken away and reused (tests/test_stale_tlb.py shows it failing on the
+    broken kernel)."""
+    for variant, entry in quick_run.items():
+        st = entry["selftests"]
+        assert "stale_tlb" in st["passed"], (variant, st["failed"], st["skipped"])
+        skipped = [s for s in st["subtests"]["skipped"] if s["name"].startswith("stale_tlb")]
+        assert skipped == [], (variant, skipped)
+
+
 def test_tr_shim_draws_run_vmtests_rules(tmp_path):
     """run_vmtests.sh's `tr "[:graph:][:space:]" -` through the guest's
     busybox: every character becomes a dash, and other uses pass through."""

@@ -79,3 +79,18 @@ def test_broken_kernel_is_caught(mode):
         assert exits(output) == {mode: 1}, output[-3000:]
         if mode == "anon-32k":  # the flush skipped was a batch's
             assert rec["counters"]["nr_tlb_anon_unmap_batches"] >= 1, rec
+
+
+def test_the_series_selftest_catches_the_broken_kernel():
+    """The series' own test of the same property, stale_tlb in
+    tools/testing/selftests/mm, run by run_vmtests.sh as the safety suite
+    runs it (which shows it passing on vanilla and patched): on the broken
+    kernel each of its four tests fails, and the reader saw another
+    process's canary."""
+    tests, output, errors = safety.run_selftests_alone("broken", ["stale_tlb"])
+    assert not errors, errors
+    (test,) = [t for t in tests if t.name == "stale_tlb"]
+    assert test.status == "fail", output[-3000:]
+    assert [s.status for s in test.subtests] == ["fail"] * 4, test.subtests
+    assert "another process's canary" in output, output[-3000:]
+

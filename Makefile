@@ -63,7 +63,9 @@ ARM64_QUICK = \
 	"tests/test_arm64.py::test_arm64_node1_is_a_lower_tier_and_pages_migrate_to_it[patched-arm64]" \
 	tests/test_arm64_luf.py::test_every_mode_passes_on_arm64_with_lazy_trials \
 	tests/test_arm64_luf.py::test_stale_tlb_is_clean_on_patched_arm64 \
-	tests/test_arm64_luf.py::test_broken_arm64_is_caught
+	tests/test_arm64_luf.py::test_broken_arm64_is_caught \
+	tests/test_arm64_luf.py::test_the_series_selftest_passes_on_patched_arm64 \
+	tests/test_arm64_luf.py::test_the_series_selftest_catches_broken_arm64
 
 # Every arm64 test: the four arm64 kernels (vanilla's and the debug
 # kernel's too), then both files whole and the KUnit test on debug-arm64.

@@ -23,7 +23,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from lab import initramfs, paths, tree
+from lab import build, initramfs, paths, tree
 from lab.errors import LabError
 from lab.progress import Progress
 
@@ -159,4 +159,53 @@ def layer(mm):
     tmp = image.with_suffix(".tmp")
     tmp.write_bytes(initramfs.cpio(entries))
     tmp.rename(image)
+    return image
+
+
+# --- one selftest, static, for a guest without a C library -----------------------
+
+STATIC_DIR = "static"           # under out_dir(): <arch>/khdr, <arch>/mm
+
+
+def build_static(name, arch):
+    """Build the mm selftest @name of build/patched as a static program for
+    @arch (a key of build.ARCHES, or build.HOST_ARCH): a guest with no C
+    library runs it as it is, where the dynamic programs above need
+    layer()'s Debian userland.  The selftests' own Makefile builds it
+    (vm_util.c, thp_settings.c, the uapi headers of @arch), so it is the
+    program `make -C tools/testing/selftests TARGETS=mm` builds.  Returns
+    its path."""
+    src = tree.patched_dir()
+    if not (src / SELFTESTS / f"{name}.c").exists():
+        raise LabError(f"{src / SELFTESTS / name}.c not found: run `python3 -m lab tree`")
+    make_args = [] if arch == build.HOST_ARCH else list(build.ARCHES[arch][0])
+    base = out_dir() / STATIC_DIR / arch
+    khdr, mm = base / "khdr", base / "mm"
+    mm.mkdir(parents=True, exist_ok=True)
+    log_path = base / "build.log"
+    with open(log_path, "w") as log:
+        if _make(["-C", str(src), f"O={khdr}", *make_args, "headers"], log):
+            raise LabError(f"`make headers` of {src} for {arch} failed (log: {log_path})")
+        if _make(["-C", str(src / SELFTESTS), *make_args, f"OUTPUT={mm}",
+                  f"KHDR_INCLUDES=-isystem {khdr}/usr/include",
+                  f"EXTRA_CFLAGS={EXTRA_CFLAGS} -static", str(mm / name)], log):
+            raise LabError(f"the {name} selftest did not build for {arch} (log: {log_path})")
+    return mm / name
+
+
+def static_layer(names, arch):
+    """An initramfs archive with the static selftests @names at
+    /selftests/<name>, for vm.run(layers=)."""
+    entries = [("selftests", None, 0o755)]
+    entries += [(f"selftests/{n}", build_static(n, arch).read_bytes(), 0o755)
+                for n in names]
+    data = initramfs.cpio(entries)
+    image = (paths.work_dir() / "initramfs"
+             / f"selftests-{arch}-{hashlib.sha256(data).hexdigest()[:12]}.cpio.gz")
+    if not image.exists():
+        image.parent.mkdir(parents=True, exist_ok=True)
+        for old in image.parent.glob(f"selftests-{arch}-*.cpio.gz"):
+            old.unlink()
+        image.with_suffix(".tmp").write_bytes(data)
+        image.with_suffix(".tmp").rename(image)
     return image

@@ -18,7 +18,8 @@ are off: on arm64 R8 alone already protects the reader of cow and
 anon-write; reuse fails with R1 off, the page freed before the owed flush.
 
 The stale-translation test runs here too: clean on patched-arm64, caught on
-broken-arm64 (patches/testing/ on top: no TLBI for read-only PTEs).
+broken-arm64 (patches/testing/ on top: no TLBI for read-only PTEs); and so
+does the series' selftest of the same property, stale_tlb.
 
 Opt-in like every arm64 guest (`make test-arm64`, or pytest --arm64, after
 `python3 -m lab build patched-arm64 debug-arm64 broken-arm64`).
@@ -26,7 +27,7 @@ Opt-in like every arm64 guest (`make test-arm64`, or pytest --arm64, after
 
 import pytest
 
-from lab import build, datadisk, luf_hazards, safety, vm
+from lab import build, datadisk, luf_hazards, safety, safety_build, vm
 from stale_reads import command, ktap_exits, poke, run_clean, run_to_violation, violations
 
 pytestmark = [pytest.mark.vm, pytest.mark.arm64]
@@ -138,3 +139,32 @@ def test_broken_arm64_is_caught(mode):
                               stale_shape())
     seen = violations(output)
     assert seen and any(v["kind"] == "canary" for v in seen), output[-2000:]
+
+
+# The series' own selftest of the same property (patch 20,
+# tools/testing/selftests/mm/stale_tlb.c), built static for arm64: file
+# reclaim, anon swap-out of 4K pages and 32K folios, migration to node 1.
+SELFTEST_TESTS = ["file reclaim", "anon swap-out", "anon 32K swap-out", "file migration"]
+
+
+def run_selftest(variant):
+    # unflush.scratch: an ext2 for $TMPDIR, where reclaim drops the file's
+    # clean pages (on the initramfs they would go to swap)
+    shape = vm.VMShape(cpus=2, mem="1G", node1="512M", zram="256M", timeout=600,
+                       append="unflush.scratch=64M")
+    layer = safety_build.static_layer(["stale_tlb"], "arm64")
+    return vm.run(build.built(variant), "TMPDIR=/scratch /selftests/stale_tlb",
+                  shape, layers=(layer,), allow_splats=variant.startswith("broken"),
+                  quiet=True).output
+
+
+def test_the_series_selftest_passes_on_patched_arm64():
+    output = run_selftest("patched-arm64")
+    assert ktap_exits(output) == dict.fromkeys(SELFTEST_TESTS, 0), output[-3000:]
+
+
+def test_the_series_selftest_catches_broken_arm64():
+    output = run_selftest("broken-arm64")
+    assert ktap_exits(output) == dict.fromkeys(SELFTEST_TESTS, 1), output[-3000:]
+    assert "another process's canary" in output, output[-3000:]
+

@@ -15,6 +15,10 @@ series as a whole):
               help) is wider than 80 columns, tabs at 8: checkpatch allows
               100 everywhere, reviewers of documentation expect 80; table
               rows and URLs aside, which cannot be wrapped;
+  kconfig     every CONFIG_ symbol a patch's added lines name is defined
+              by a Kconfig file of the tree at that patch: no patch refers
+              to an option a later patch adds (--builds also runs the
+              kernel's scripts/checkkconfigsymbols.py over the series);
   rst         every reStructuredText file the series adds or changes
               parses without a docutils warning, as `make htmldocs` would
               (Sphinx's own roles and directives aside, which plain
@@ -172,6 +176,63 @@ def on_fragment(src, out):
     return frag
 
 
+CONFIG_DEF = re.compile(r"^\s*(?:menu)?config\s+(\w+)\s*$", re.M)
+CONFIG_REF = re.compile(r"\bCONFIG_(\w+)")
+
+
+def kconfig_defined(src, commit):
+    """The symbols a Kconfig file of `src` at `commit` defines."""
+    proc = subprocess.run(["git", "grep", "-h", "-E", r"^\s*(menu)?config\s", commit,
+                           "--", ":(glob)**/Kconfig*"],
+                          cwd=src, capture_output=True, text=True)
+    return set(CONFIG_DEF.findall(proc.stdout))
+
+
+def kconfig_references(patch_text):
+    """The CONFIG_ symbols the lines a patch adds name (IS_ENABLED's
+    _MODULE twins counted as the option itself)."""
+    refs = set()
+    for ln in patch_text.splitlines():
+        if ln.startswith("+") and not ln.startswith("+++"):
+            refs |= {re.sub(r"_MODULE$", "", m) for m in CONFIG_REF.findall(ln)}
+    return refs
+
+
+def undefined_options(src, files):
+    """(patch name, sorted symbols) for each patch that names an option no
+    Kconfig file defines at that patch, though 6.12 or the series does
+    (a symbol defined nowhere, e.g. in an example, is the checkpatch's
+    and the reviewer's business, not an ordering mistake)."""
+    shas = [sha for sha, _ in commits(src)]
+    if len(shas) != len(files):
+        raise LabError(f"build/patched has {len(shas)} commits and patches/series "
+                       f"{len(files)} patches: run `python3 -m lab tree`")
+    somewhere = kconfig_defined(src, shas[-1]) | kconfig_defined(src, tree.BASE_TAG)
+    out = []
+    for patch, sha in zip(files, shas, strict=True):
+        refs = kconfig_references(patch.read_text()) & somewhere
+        missing = sorted(refs - kconfig_defined(src, sha))
+        if missing:
+            out.append((patch.name, missing))
+    return out
+
+
+def checkkconfigsymbols(wt, src):
+    """The kernel's scripts/checkkconfigsymbols.py over the whole series
+    (--diff base..tip), in the detached worktree `wt`, which it resets from
+    one commit to the other: the symbols the series leaves undefined."""
+    tip = commits(src)[-1][0]
+    tree.git(wt, "checkout", "-q", "--detach", tip)
+    proc = subprocess.run(["python3", "scripts/checkkconfigsymbols.py", "--no-color",
+                           "--diff", f"{tree.BASE_TAG}..{tip}"],
+                          cwd=wt, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise LabError("scripts/checkkconfigsymbols.py failed: "
+                       + (proc.stderr.strip().splitlines() or ["no output"])[-1])
+    return [ln for ln in proc.stdout.splitlines() if ln and not ln.startswith(
+        ("Referencing files", "Similar symbols"))]
+
+
 def worktree():
     """build/series-check, detached; made on first use."""
     wt = paths.work_dir() / "series-check"
@@ -246,6 +307,10 @@ def run(builds=False, jobs=None, first=None, configs=None):
                 + ", ".join(f"{where} ({width})" for where, width in wide[:3]))
         if not ok or wide:
             failed.append(patch.name)
+    for name, missing in undefined_options(src, files):
+        say(f"check-series: kconfig {name}: FAILED, names {', '.join(missing)}, "
+            f"which no Kconfig file defines at that patch")
+        failed.append(name)
     wrong = cover_letter.check(files, tree.recorded_base_version())
     say(f"check-series: cover letter {cover_letter.NAME}: "
         f"{'ok' if not wrong else 'FAILED, ' + '; '.join(wrong)}")
@@ -258,6 +323,13 @@ def run(builds=False, jobs=None, first=None, configs=None):
         if problems:
             failed.append(name)
     if builds:
+        say("check-series: scripts/checkkconfigsymbols.py over the series "
+            "(a few minutes)")
+        undefined = checkkconfigsymbols(worktree(), src)
+        say("check-series: checkkconfigsymbols: "
+            + ("ok" if not undefined else "FAILED, undefined: " + ", ".join(undefined)))
+        if undefined:
+            failed.append("checkkconfigsymbols")
         done = build_each(src, jobs, first)
         say(f"check-series: {len(done)} builds passed "
             f"(patches {first} to {len(files)} x options on and off)")
@@ -267,8 +339,8 @@ def run(builds=False, jobs=None, first=None, configs=None):
             f"{'' if len(names) == 1 else 's'} of config/matrix/ with no warning: "
             f"{', '.join(names)}")
     if failed:
-        raise LabError(f"checkpatch --strict, the width check, docutils or the "
-                       f"cover letter check "
+        raise LabError(f"checkpatch --strict, the width check, the Kconfig check, "
+                       f"docutils or the cover letter check "
                        f"complains about {', '.join(failed)}: fix them in "
                        f"build/patched (the cover letter's text in patches/) "
                        f"and `make export`")

@@ -9,6 +9,7 @@ export (README, "Working on the series").
 """
 
 import re
+import subprocess
 
 import pytest
 
@@ -188,3 +189,34 @@ def test_a_bad_first_patch_is_refused_before_any_work(src, builds, first, messag
     # refused before checkpatch runs or anything is built
     with pytest.raises(LabError, match=message):
         series_check.run(builds=builds, first=first)
+
+
+def _git(repo, *args):
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def test_a_patch_naming_an_option_a_later_patch_adds_is_refused(tmp_path):
+    """The first patch uses CONFIG_FOO_DEBUG, which only the second patch's
+    Kconfig defines: the first is named; the second, and the base's own
+    options, are not."""
+    repo = tmp_path / "tree"
+    (repo / "mm").mkdir(parents=True)
+    (repo / "mm" / "Kconfig").write_text("config FOO\n\tbool \"foo\"\n")
+    _git(repo, "init", "-q")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    _git(repo, "tag", tree.BASE_TAG)
+    patches = []
+    for name, path, text in [
+            ("0001-use.patch", "mm/foo.c",
+             "#ifdef CONFIG_FOO_DEBUG\n#endif\n#if IS_ENABLED(CONFIG_FOO)\n#endif\n"),
+            ("0002-define.patch", "mm/Kconfig",
+             "config FOO\n\tbool \"foo\"\nconfig FOO_DEBUG\n\tbool \"debug\"\n")]:
+        (repo / path).write_text(text)
+        _git(repo, "add", path)
+        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", name)
+        patch = tmp_path / name
+        patch.write_text("".join(f"+{ln}\n" for ln in text.splitlines()))
+        patches.append(patch)
+    assert series_check.undefined_options(repo, patches) == [
+        ("0001-use.patch", ["FOO_DEBUG"])]

@@ -4,18 +4,18 @@ Debian packages: the kernel source and its build dependencies, QEMU, the
 guest userland (busybox-static), stress-ng, the libraries the kernel's mm
 selftests link against, an arm64 cross compiler with its static C library
 and QEMU's arm64 emulator (the arm64 kernels, `vanilla-arm64` and
-`patched-arm64`), what kbuild's bindeb-pkg runs (`lab package`).  The
-arm64 guest's busybox-static comes from Debian's arm64 archive
-(multiarch): it cannot be installed beside the host's busybox-static, so
-its package is downloaded and unpacked into the lab's cache
-(arm64_busybox()).  Python packages: pytest (the test runner),
-matplotlib (the report's plots), docutils (check-series reads the series'
-.rst files) and ruff (the linter of pyproject.toml, which tests/test_lint.py
-runs), pinned: a newer release may find what this one does not.
-llama-tiering builds llama.cpp with cmake and writes its models with PyPI's
-gguf package, which Debian does not have: pip installs it into the lab's
-cache (lab/llama.py's gguf_dir()).  Only what is missing, or at another
-version than its pin, is installed.
+`patched-arm64`), what kbuild's bindeb-pkg runs (`lab package`). The arm64 guest's
+busybox and bash, and the static libraries its mm selftests link, come from
+Debian's arm64 archive (multiarch): they cannot all be installed beside the
+host's own, so their packages are downloaded and unpacked into the lab's
+cache (ARM64_PACKAGES, arm64_root()). Python packages: pytest (the test
+runner), matplotlib (the report's plots), docutils (check-series reads the
+series' .rst files) and ruff (the linter of pyproject.toml, which
+tests/test_lint.py runs), pinned: a newer release may find what this one
+does not. llama-tiering builds llama.cpp with cmake and writes its models
+with PyPI's gguf package, which Debian does not have: pip installs it into
+the lab's cache (lab/llama.py's gguf_dir()). Only what is missing, or at
+another version than its pin, is installed.
 """
 
 import importlib.metadata
@@ -105,16 +105,36 @@ def _run(cmd, what):
         raise LabError(f"installing {what} failed: {tail[0]}")
 
 
-ARM64_BUSYBOX_PACKAGE = "busybox-static:arm64"
+# arm64 packages unpacked into arm64_root(), never installed (they could not
+# sit beside the host's own): the guest's busybox and bash, both static,
+# and the static libraries the mm selftests link (io_uring, capabilities,
+# NUMA) when they are built static for the arm64 guest, which has no C
+# library
+ARM64_PACKAGES = ["busybox-static:arm64", "bash-static:arm64", "liburing-dev:arm64",
+                  "libcap-dev:arm64", "libnuma-dev:arm64"]
+
+
+def arm64_root():
+    return paths.cache_dir() / "arm64-root"
 
 
 def arm64_busybox():
-    """Where the arm64 guest's busybox is unpacked (setup() puts it there)."""
-    return paths.cache_dir() / "busybox-arm64" / "bin" / "busybox"
+    """The arm64 guest's busybox (setup() unpacks it)."""
+    return arm64_root() / "bin" / "busybox"
 
 
-def missing_arm64_busybox():
-    return not arm64_busybox().is_file()
+def arm64_bash():
+    return arm64_root() / "bin" / "bash-static"
+
+
+def arm64_libdir():
+    return arm64_root() / "usr" / "lib" / "aarch64-linux-gnu"
+
+
+def missing_arm64_packages():
+    stamp = arm64_root() / ".packages"
+    have = stamp.read_text().split() if stamp.is_file() else []
+    return [p for p in ARM64_PACKAGES if p not in have]
 
 
 def _foreign_arm64(sudo):
@@ -128,27 +148,30 @@ def _foreign_arm64(sudo):
     return True
 
 
-def install_arm64_busybox(sudo, updated):
-    """apt-get download busybox-static:arm64, unpack its /bin/busybox into
-    arm64_busybox().  `updated`: the package lists were just refreshed."""
+def install_arm64_packages(sudo, updated):
+    """apt-get download ARM64_PACKAGES, unpack them all into arm64_root()
+    (made anew beside it, then moved in place).  `updated`: the package
+    lists were just refreshed."""
     if _foreign_arm64(sudo) or not updated:
         _run(sudo + ["apt-get", "update", "-qq"], "the package lists")
-    dest = arm64_busybox()
+    root = arm64_root()
     with tempfile.TemporaryDirectory() as tmp:
         # apt-get download writes into its working directory, as the
         # unprivileged _apt user when it can: a world-writable one
         os.chmod(tmp, 0o777)
-        proc = subprocess.run(["apt-get", "download", "-qq", ARM64_BUSYBOX_PACKAGE],
+        proc = subprocess.run(["apt-get", "download", "-qq", *ARM64_PACKAGES],
                               cwd=tmp, capture_output=True, text=True)
-        debs = list(Path(tmp).glob("busybox-static_*_arm64.deb"))
-        if proc.returncode != 0 or not debs:
+        debs = sorted(Path(tmp).glob("*_arm64.deb"))
+        if proc.returncode != 0 or len(debs) != len(ARM64_PACKAGES):
             tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise LabError(f"downloading {ARM64_BUSYBOX_PACKAGE} failed: {tail}")
-        unpacked = Path(tmp) / "root"
-        _run(["dpkg-deb", "-x", str(debs[0]), str(unpacked)], ARM64_BUSYBOX_PACKAGE)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(unpacked / "bin" / "busybox", dest.with_suffix(".tmp"))
-        dest.with_suffix(".tmp").rename(dest)
+            raise LabError(f"downloading {' '.join(ARM64_PACKAGES)} failed: {tail}")
+        new = root.with_name(root.name + ".tmp")
+        shutil.rmtree(new, ignore_errors=True)
+        for deb in debs:
+            _run(["dpkg-deb", "-x", str(deb), str(new)], deb.name)
+        (new / ".packages").write_text("\n".join(ARM64_PACKAGES) + "\n")
+    shutil.rmtree(root, ignore_errors=True)
+    new.rename(root)
 
 
 def setup():
@@ -167,16 +190,16 @@ def setup():
             # dependencies), which PEP 668 makes pip ask to be told
             apt += [] if importlib.util.find_spec("pip") else ["python3-pip"]
             pip_args = ["--break-system-packages"]
-    busybox = [ARM64_BUSYBOX_PACKAGE] if missing_arm64_busybox() else []
+    arm64 = missing_arm64_packages()
     sudo = [] if os.geteuid() == 0 else ["sudo"]
-    if (apt or busybox) and sudo and not shutil.which("sudo"):
-        raise LabError(f"need root to install {' '.join(apt + busybox)}: run "
+    if (apt or arm64) and sudo and not shutil.which("sudo"):
+        raise LabError(f"need root to install {' '.join(apt + arm64)}: run "
                        f"`make setup` as root")
     if apt:
         _run(sudo + ["apt-get", "update", "-qq"], "the package lists")
         _run(sudo + ["apt-get", "install", "-y", "-qq", *apt], " ".join(apt))
-    if busybox:
-        install_arm64_busybox(sudo, updated=bool(apt))
+    if arm64:
+        install_arm64_packages(sudo, updated=bool(apt))
     if py:
         pip = [PY_PACKAGES[m][0] for m in py]
         _run([sys.executable, "-m", "pip", "install", "-q", *pip_args, *pip], " ".join(pip))
@@ -190,6 +213,6 @@ def setup():
         _run([sys.executable, "-m", "pip", "install", "-q", "--target", str(tmp), *gguf],
              gguf[0])
         tmp.rename(llama.gguf_dir())
-    done = apt + busybox + py + gguf
+    done = apt + arm64 + py + gguf
     say("lab: setup: all dependencies present" if not done
         else f"lab: setup: installed {' '.join(done)}")

@@ -41,11 +41,16 @@ from lab.errors import LabError
 from lab.progress import say
 
 KERNELS = ("vanilla", "patched", "debug", "vanilla-debug", "vanilla-distro",
-           "patched-distro")
+           "patched-distro", "vanilla-arm64", "patched-arm64")
 # KASAN, lockdep and DEBUG_VM make the debug kernel this much slower (TCG);
 # the -distro kernels' vCPUs share one host thread (one_tcg_thread()).
 SLOWDOWN = {"vanilla": 1, "patched": 1, "broken": 1, "debug": 4, "vanilla-debug": 4,
-            "vanilla-distro": 2, "patched-distro": 2}
+            "vanilla-distro": 2, "patched-distro": 2, "vanilla-arm64": 3,
+            "patched-arm64": 3}
+# The arm64 guest runs the selftests part only: its selftests are static
+# (safety_build.build_static()), and no static stress-ng exists; its
+# stale-tlb and luf-hazards runs are tests/test_arm64_luf.py's.
+ARM64_PARTS = ("selftests",)
 # Each kernel is compared with the unpatched kernel built the same way: under
 # KASAN and lockdep a selftest can time out, or lose a race it wins at full
 # speed, whatever the series does.  The baselines are compared with nothing.
@@ -520,9 +525,17 @@ def _read(path):
         return ""
 
 
+def parts_on(variant, parts):
+    """The parts of @parts that run on @variant's architecture."""
+    if build.arch(variant) == build.HOST_ARCH:
+        return parts
+    return tuple(p for p in parts if p in ARM64_PARTS)
+
+
 def run_kernel(variant, soak, layer, outdir, parts=PARTS):
     kernel = build.built(variant)
     kr = KernelRun(variant, kernel.release)
+    parts = parts_on(variant, parts)
     if "selftests" in parts:
         cats = selftest_categories(soak)
         out = run_guest(kernel, "selftests", selftest_script(cats, variant),
@@ -627,6 +640,8 @@ def _present(vmstat):
 
 def summarize(kr, baseline=None):
     """One kernel's entry of summary.json."""
+    not_run = ("not run (--only)" if build.arch(kr.variant) == build.HOST_ARCH
+               else "not run on arm64: tests/test_arm64_luf.py runs it")
     flat = parse.flatten(kr.tests)
     subs = [s for t in kr.tests for s in t.subtests]
     vmstat = {}
@@ -662,10 +677,10 @@ def summarize(kr, baseline=None):
                        for p in kr.phases},
             "vmstat": _present(vmstat),
         },
-        "stale_tlb": trials_entry(kr.stale, "not run (--only)"),
+        "stale_tlb": trials_entry(kr.stale, not_run),
         "luf_hazards": trials_entry(
             kr.luf, "not run: no LUF in this kernel" if kr.variant not in LUF_KERNELS
-            else "not run (--only)"),
+            else not_run),
         "splats": kr.splats,
         "guest_errors": kr.errors,
         "environment": kr.env,
@@ -806,22 +821,31 @@ def run(kernels=("vanilla", "patched"), soak=False, parts=PARTS):
             raise LabError(f"unknown kernel {variant!r}: choose from "
                            f"{', '.join(KERNELS)}", exit_code=2)
         build.built(variant)            # fails now, not after an hour
-    mm, build_failures = safety_build.build_selftests()
-    layer = safety_build.layer(mm)
+    # the selftests, and what runs them, for each architecture asked for
+    layers, build_failures = {}, {}
+    for arch in sorted({build.arch(v) for v in kernels}):
+        if arch == build.HOST_ARCH:
+            mm, build_failures[arch] = safety_build.build_selftests()
+            layers[arch] = safety_build.layer(mm)
+        else:
+            mm, build_failures[arch] = safety_build.build_static(arch)
+            layers[arch] = safety_build.arm64_layer(mm)
     outdir = new_outdir()
     say(f"safety: {'soak' if soak else 'quick'} run of {', '.join(kernels)}; "
         f"logs in {outdir}")
     runs = {}
     for variant in kernels:
-        runs[variant] = run_kernel(variant, soak, layer, outdir, parts)
+        runs[variant] = run_kernel(variant, soak, layers[build.arch(variant)], outdir,
+                                   parts)
     for variant, kr in runs.items():
         if baseline_of(variant, runs) is not None:
-            confirm_regressions(kr, baseline_of(variant, runs), soak, layer, outdir)
+            confirm_regressions(kr, baseline_of(variant, runs), soak,
+                                layers[build.arch(variant)], outdir)
     summary = {}
     for variant, kr in runs.items():
         entry = summarize(kr, baseline_of(variant, runs))
         entry["mode"] = "soak" if soak else "quick"
-        entry["selftests"]["build_failures"] = build_failures
+        entry["selftests"]["build_failures"] = build_failures[build.arch(variant)]
         summary[variant] = entry
     text = "\n".join(table(v, e) for v, e in summary.items())
     write_results(summary, text, outdir)
@@ -837,9 +861,11 @@ def add_arguments(p):
                         "TCG) instead of the quick subset")
     p.add_argument("-k", "--kernels", default="vanilla,patched",
                    help="comma-separated: vanilla, patched, debug, vanilla-debug, "
-                        "vanilla-distro, patched-distro (default vanilla,patched); "
-                        "patched is compared with vanilla, debug with "
-                        "vanilla-debug, patched-distro with vanilla-distro")
+                        "vanilla-distro, patched-distro, vanilla-arm64, patched-arm64 "
+                        "(default vanilla,patched); patched is compared with vanilla, "
+                        "debug with vanilla-debug, patched-distro with vanilla-distro, "
+                        "patched-arm64 with vanilla-arm64 (arm64: the selftests part "
+                        "only)")
     p.add_argument("--only", choices=PARTS, help="run one part of the suite")
 
 

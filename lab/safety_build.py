@@ -23,7 +23,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from lab import build, initramfs, paths, tree
+from lab import build, deps, initramfs, paths, tree
 from lab.errors import LabError
 from lab.progress import Progress
 
@@ -162,50 +162,88 @@ def layer(mm):
     return image
 
 
-# --- one selftest, static, for a guest without a C library -----------------------
+# --- static selftests, for a guest without a C library ---------------------------
 
 STATIC_DIR = "static"           # under out_dir(): <arch>/khdr, <arch>/mm
 
 
-def build_static(name, arch):
-    """Build the mm selftest @name of build/patched as a static program for
-    @arch (a key of build.ARCHES, or build.HOST_ARCH): a guest with no C
-    library runs it as it is, where the dynamic programs above need
-    layer()'s Debian userland.  The selftests' own Makefile builds it
-    (vm_util.c, thp_settings.c, the uapi headers of @arch), so it is the
-    program `make -C tools/testing/selftests TARGETS=mm` builds.  Returns
-    its path."""
+def build_static(arch, name=None):
+    """Build the mm selftests of build/patched as static programs for @arch
+    (a key of build.ARCHES, or build.HOST_ARCH), all of them (`make -k`:
+    returns the directory and the build failures, as build_selftests()) or
+    only @name (returns its path).  A guest with no C library runs them as
+    they are, where build_selftests()'s need layer()'s Debian userland:
+    arm64's has none.  The selftests' own Makefile builds them (vm_util.c,
+    thp_settings.c, the uapi headers of @arch), against the arm64 static
+    libraries `make setup` unpacks (deps.ARM64_PACKAGES)."""
     src = tree.patched_dir()
-    if not (src / SELFTESTS / f"{name}.c").exists():
-        raise LabError(f"{src / SELFTESTS / name}.c not found: run `python3 -m lab tree`")
-    make_args = [] if arch == build.HOST_ARCH else list(build.ARCHES[arch][0])
+    if not (src / SELFTESTS / "run_vmtests.sh").exists():
+        raise LabError(f"{src / SELFTESTS} not found: run `python3 -m lab tree`")
+    cross = arch != build.HOST_ARCH
+    if cross and deps.missing_arm64_packages():
+        raise LabError(f"{', '.join(deps.missing_arm64_packages())} not unpacked: "
+                       f"run `make setup`")
+    make_args = list(build.ARCHES[arch][0]) if cross else []
+    flags = f"{EXTRA_CFLAGS} -static"
+    if cross:
+        flags += f" -I{deps.arm64_root()}/usr/include -L{deps.arm64_libdir()}"
     base = out_dir() / STATIC_DIR / arch
     khdr, mm = base / "khdr", base / "mm"
     mm.mkdir(parents=True, exist_ok=True)
     log_path = base / "build.log"
+    prog = Progress(f"safety: mm selftests, static, {arch}")
     with open(log_path, "w") as log:
+        prog.update("make headers", force=True)
         if _make(["-C", str(src), f"O={khdr}", *make_args, "headers"], log):
             raise LabError(f"`make headers` of {src} for {arch} failed (log: {log_path})")
-        if _make(["-C", str(src / SELFTESTS), *make_args, f"OUTPUT={mm}",
-                  f"KHDR_INCLUDES=-isystem {khdr}/usr/include",
-                  f"EXTRA_CFLAGS={EXTRA_CFLAGS} -static", str(mm / name)], log):
+        prog.update(f"make {name or '-k'}", force=True)
+        rc = _make(["-C", str(src / SELFTESTS), *([str(mm / name)] if name else ["-k"]),
+                    f"-j{os.cpu_count() or 2}", *make_args, f"OUTPUT={mm}",
+                    f"KHDR_INCLUDES=-isystem {khdr}/usr/include",
+                    f"EXTRA_CFLAGS={flags}"], log)
+    if name:
+        if rc:
             raise LabError(f"the {name} selftest did not build for {arch} (log: {log_path})")
-    return mm / name
+        prog.done(str(mm / name))
+        return mm / name
+    failures = build_failures(log_path.read_text(errors="replace"), mm)
+    for script in (src / SELFTESTS).glob("*.sh"):
+        shutil.copy2(script, mm / script.name)
+    prog.done(f"{len(programs(mm))} programs in {mm}"
+              + (f", {len(failures)} did not build: {', '.join(failures)}"
+                 if failures else ""))
+    return mm, failures
+
+
+def _cached_archive(prefix, entries):
+    data = initramfs.cpio(entries)
+    image = (paths.work_dir() / "initramfs"
+             / f"{prefix}-{hashlib.sha256(data).hexdigest()[:12]}.cpio.gz")
+    if not image.exists():
+        image.parent.mkdir(parents=True, exist_ok=True)
+        for old in image.parent.glob(f"{prefix}-*.cpio.gz"):
+            old.unlink()
+        image.with_suffix(".tmp").write_bytes(data)
+        image.with_suffix(".tmp").rename(image)
+    return image
 
 
 def static_layer(names, arch):
     """An initramfs archive with the static selftests @names at
     /selftests/<name>, for vm.run(layers=)."""
     entries = [("selftests", None, 0o755)]
-    entries += [(f"selftests/{n}", build_static(n, arch).read_bytes(), 0o755)
+    entries += [(f"selftests/{n}", build_static(arch, n).read_bytes(), 0o755)
                 for n in names]
-    data = initramfs.cpio(entries)
-    image = (paths.work_dir() / "initramfs"
-             / f"selftests-{arch}-{hashlib.sha256(data).hexdigest()[:12]}.cpio.gz")
-    if not image.exists():
-        image.parent.mkdir(parents=True, exist_ok=True)
-        for old in image.parent.glob(f"selftests-{arch}-*.cpio.gz"):
-            old.unlink()
-        image.with_suffix(".tmp").write_bytes(data)
-        image.with_suffix(".tmp").rename(image)
-    return image
+    return _cached_archive(f"selftests-{arch}", entries)
+
+
+def arm64_layer(mm):
+    """What layer() is to the x86 guest, for arm64's: the static selftests
+    of build_static("arm64") and their scripts at /safety/mm, and a static
+    bash for run_vmtests.sh.  No stress-ng: arm64 runs the selftests part
+    of the safety suite only."""
+    entries = [(d, None, 0o755) for d in ("bin", "safety", GUEST_MM, GUEST_BIN)]
+    entries += [(f"{GUEST_MM}/{p.name}", p.read_bytes(), 0o755)
+                for p in sorted(mm.iterdir()) if p.is_file()]
+    entries.append(("bin/bash", deps.arm64_bash().read_bytes(), 0o755))
+    return _cached_archive("arm64-safety", entries)

@@ -31,10 +31,13 @@ from pathlib import Path
 import pytest
 
 from lab import (bench, build, datadisk, initramfs, insnprof, package, paths, report,
-                 suite, vm)
+                 safety, suite, vm)
 from lab.errors import LabError
 
 ARM64 = ("vanilla-arm64", "patched-arm64")
+# the quick categories' programs that passed on vanilla-arm64 (docs/safety.md,
+# "arm64"), less a margin for the intermittent ones
+ARM64_MIN_PASSED = 20
 FAKE = Path(__file__).with_name("fake_qemu.py")
 
 
@@ -354,3 +357,28 @@ def test_arm64_node1_is_a_lower_tier_and_pages_migrate_to_it(variant):
         assert c["nr_tlb_migrate_ptes_batched"] >= 64 * 1024 // 4, c
     else:
         assert not any(k.startswith("nr_tlb_") for k in c), c
+
+
+def test_the_arm64_guest_runs_only_the_selftests_part_of_the_safety_suite():
+    assert safety.parts_on("patched-arm64", safety.PARTS) == ("selftests",)
+    assert safety.parts_on("patched", safety.PARTS) == safety.PARTS
+    assert safety.BASELINE["patched-arm64"] == "vanilla-arm64"
+
+
+@pytest.mark.vm
+@pytest.mark.arm64
+def test_mm_selftests_pass_on_patched_arm64_as_on_vanilla_arm64():
+    """The kernel's mm selftests, static for the arm64 guest (it has no C
+    library), run by run_vmtests.sh under a static bash, quick categories:
+    none that passes on vanilla-arm64 fails on patched-arm64 (after the
+    safety suite's reruns), and the runs have teeth: they passed programs
+    and subtests on both, the series' stale_tlb among them."""
+    summary, text, _ = safety.run(list(ARM64), soak=False, parts=("selftests",))
+    print(text)
+    for variant in ARM64:
+        st = summary[variant]["selftests"]
+        assert st["build_failures"] == {}, st["build_failures"]
+        assert "stale_tlb" in st["passed"], (variant, st["failed"])
+        assert len(st["passed"]) >= ARM64_MIN_PASSED, (variant, st)
+    assert summary["patched-arm64"]["regressions"]["failed"] == [], text
+    assert summary["patched-arm64"]["ok"], summary["patched-arm64"]["problems"]

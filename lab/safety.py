@@ -679,8 +679,8 @@ def summarize(kr, baseline=None):
         },
         "stale_tlb": trials_entry(kr.stale, not_run),
         "luf_hazards": trials_entry(
-            kr.luf, "not run: no LUF in this kernel" if kr.variant not in LUF_KERNELS
-            else not_run),
+            kr.luf, not_run if kr.variant in LUF_KERNELS or "arm64" in not_run
+            else "not run: no LUF in this kernel"),
         "splats": kr.splats,
         "guest_errors": kr.errors,
         "environment": kr.env,
@@ -756,7 +756,10 @@ def table(variant, entry):
                      f"passed when run again")
     for name in reg.get("skipped", []):
         lines.append(f"    note {name}: passes on {reg['baseline']}, skipped here")
-    lines.append(f"  stress     {sr['ops']} bogo ops, {sr['errors']} verification errors")
+    if "stress" not in entry["seconds"]:
+        lines.append("  stress     not run")
+    else:
+        lines.append(f"  stress     {sr['ops']} bogo ops, {sr['errors']} verification errors")
     for name, p in sr["phases"].items():
         ops = ", ".join(f"{k} {v}" for k, v in sorted(p["ops"].items()))
         lines.append(f"    {name}: exit {p['exit']} ({p['exit_meaning']}), "
@@ -767,8 +770,8 @@ def table(variant, entry):
         lines += [f"      note {k}: no bogo op finished in {p['seconds']} s, so "
                   f"--verify checked little of its work"
                   for k, v in sorted(p["ops"].items()) if v == 0 and p["exit"] is not None]
-    vm_ = sr["vmstat"]
-    lines.append("    vmstat: " + ", ".join(f"{k} {v}" for k, v in vm_.items()))
+    if sr["vmstat"]:
+        lines.append("    vmstat: " + ", ".join(f"{k} {v}" for k, v in sr["vmstat"].items()))
     for key in ("stale_tlb", "luf_hazards"):
         part = entry[key]
         lines.append(f"  {key:<10} {part['trials']} trials, {part['violations']} violations"

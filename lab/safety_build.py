@@ -57,29 +57,37 @@ def _make(args, log):
     return proc.returncode
 
 
-def build_selftests():
-    """Build the mm selftests on the host; returns (directory, build failures).
-
-    `make -k`: a program that does not compile is reported (name -> first
-    error line) and the others are still built and run.
-    """
+def _patched_selftests():
     src = tree.patched_dir()
     if not (src / SELFTESTS / "run_vmtests.sh").exists():
         raise LabError(f"{src / SELFTESTS} not found: run `python3 -m lab tree`")
-    out = out_dir()
-    khdr, mm = out / "khdr", out / "mm"
+    return src
+
+
+def _make_selftests(src, base, make_args, cflags, what, name=None):
+    """`make headers` of @src into @base/khdr, then its mm selftests into
+    @base/mm: all of them with `make -k` (a program that does not compile
+    is reported, name -> first error line, and the others are still built
+    and run; returns (directory, failures)), or only @name (returns its
+    path).  The log is @base/build.log."""
+    khdr, mm = base / "khdr", base / "mm"
     mm.mkdir(parents=True, exist_ok=True)
-    log_path = out / "build.log"
-    prog = Progress("safety: mm selftests")
-    prog.update("make headers", force=True)
+    log_path = base / "build.log"
+    prog = Progress(what)
     with open(log_path, "w") as log:
-        if _make(["-C", str(src), f"O={khdr}", "headers"], log):
+        prog.update("make headers", force=True)
+        if _make(["-C", str(src), f"O={khdr}", *make_args, "headers"], log):
             raise LabError(f"`make headers` of {src} failed (log: {log_path})")
-        prog.update("make -k (selftests/mm)", force=True)
-        jobs = f"-j{os.cpu_count() or 2}"
-        _make(["-C", str(src / SELFTESTS), "-k", jobs, f"OUTPUT={mm}",
-               f"KHDR_INCLUDES=-isystem {khdr}/usr/include",
-               f"EXTRA_CFLAGS={EXTRA_CFLAGS}"], log)
+        prog.update(f"make {name or '-k'} (selftests/mm)", force=True)
+        rc = _make(["-C", str(src / SELFTESTS), *([str(mm / name)] if name else ["-k"]),
+                    f"-j{os.cpu_count() or 2}", *make_args, f"OUTPUT={mm}",
+                    f"KHDR_INCLUDES=-isystem {khdr}/usr/include",
+                    f"EXTRA_CFLAGS={cflags}"], log)
+    if name:
+        if rc:
+            raise LabError(f"the {name} selftest did not build (log: {log_path})")
+        prog.done(str(mm / name))
+        return mm / name
     failures = build_failures(log_path.read_text(errors="replace"), mm)
     # the runner and the scripts it calls, next to the programs as it expects
     for script in (src / SELFTESTS).glob("*.sh"):
@@ -88,6 +96,12 @@ def build_selftests():
               + (f", {len(failures)} did not build: {', '.join(failures)}"
                  if failures else ""))
     return mm, failures
+
+
+def build_selftests():
+    """Build the mm selftests on the host; returns (directory, build failures)."""
+    return _make_selftests(_patched_selftests(), out_dir(), [], EXTRA_CFLAGS,
+                           "safety: mm selftests")
 
 
 def build_failures(log_text, mm):
@@ -169,50 +183,24 @@ STATIC_DIR = "static"           # under out_dir(): <arch>/khdr, <arch>/mm
 
 def build_static(arch, name=None):
     """Build the mm selftests of build/patched as static programs for @arch
-    (a key of build.ARCHES, or build.HOST_ARCH), all of them (`make -k`:
-    returns the directory and the build failures, as build_selftests()) or
-    only @name (returns its path).  A guest with no C library runs them as
-    they are, where build_selftests()'s need layer()'s Debian userland:
-    arm64's has none.  The selftests' own Makefile builds them (vm_util.c,
+    (a key of build.ARCHES, or build.HOST_ARCH), all of them (returns the
+    directory and the build failures, as build_selftests()) or only @name
+    (returns its path).  A guest with no C library runs them as they are,
+    where build_selftests()'s need layer()'s Debian userland: arm64's has
+    none.  The selftests' own Makefile builds them (vm_util.c,
     thp_settings.c, the uapi headers of @arch), against the arm64 static
     libraries `make setup` unpacks (deps.ARM64_PACKAGES)."""
-    src = tree.patched_dir()
-    if not (src / SELFTESTS / "run_vmtests.sh").exists():
-        raise LabError(f"{src / SELFTESTS} not found: run `python3 -m lab tree`")
+    src = _patched_selftests()
     cross = arch != build.HOST_ARCH
     if cross and deps.missing_arm64_packages():
         raise LabError(f"{', '.join(deps.missing_arm64_packages())} not unpacked: "
                        f"run `make setup`")
-    make_args = list(build.ARCHES[arch][0]) if cross else []
     flags = f"{EXTRA_CFLAGS} -static"
     if cross:
         flags += f" -I{deps.arm64_root()}/usr/include -L{deps.arm64_libdir()}"
-    base = out_dir() / STATIC_DIR / arch
-    khdr, mm = base / "khdr", base / "mm"
-    mm.mkdir(parents=True, exist_ok=True)
-    log_path = base / "build.log"
-    prog = Progress(f"safety: mm selftests, static, {arch}")
-    with open(log_path, "w") as log:
-        prog.update("make headers", force=True)
-        if _make(["-C", str(src), f"O={khdr}", *make_args, "headers"], log):
-            raise LabError(f"`make headers` of {src} for {arch} failed (log: {log_path})")
-        prog.update(f"make {name or '-k'}", force=True)
-        rc = _make(["-C", str(src / SELFTESTS), *([str(mm / name)] if name else ["-k"]),
-                    f"-j{os.cpu_count() or 2}", *make_args, f"OUTPUT={mm}",
-                    f"KHDR_INCLUDES=-isystem {khdr}/usr/include",
-                    f"EXTRA_CFLAGS={flags}"], log)
-    if name:
-        if rc:
-            raise LabError(f"the {name} selftest did not build for {arch} (log: {log_path})")
-        prog.done(str(mm / name))
-        return mm / name
-    failures = build_failures(log_path.read_text(errors="replace"), mm)
-    for script in (src / SELFTESTS).glob("*.sh"):
-        shutil.copy2(script, mm / script.name)
-    prog.done(f"{len(programs(mm))} programs in {mm}"
-              + (f", {len(failures)} did not build: {', '.join(failures)}"
-                 if failures else ""))
-    return mm, failures
+    return _make_selftests(src, out_dir() / STATIC_DIR / arch,
+                           list(build.ARCHES[arch][0]) if cross else [], flags,
+                           f"safety: mm selftests, static, {arch}", name)
 
 
 def _cached_archive(prefix, entries):

@@ -157,18 +157,27 @@ def layer(mm):
     # glibc loads libgcc_s with dlopen() to unwind threads in pthread_cancel()
     # (uffd-stress): ldd cannot see it
     files.append((DLOPENED.relative_to("/").as_posix(), DLOPENED.resolve()))
+    return _cached_archive("safety", files)
+
+
+def _cached_archive(prefix, files, dirs=()):
+    """An initramfs archive of @files ((path in the guest, file on the
+    host)), with the directories they are in and @dirs, named
+    @prefix-<digest of the files>.cpio.gz: made only when no archive of
+    that content exists, and the older ones of @prefix removed."""
+    data = [(guest, host.read_bytes()) for guest, host in files]
     digest = hashlib.sha256()
-    for guest, host in files:
-        digest.update(guest.encode() + b"\0" + host.read_bytes())
-    image = paths.work_dir() / "initramfs" / f"safety-{digest.hexdigest()[:12]}.cpio.gz"
+    for guest, content in data:
+        digest.update(guest.encode() + b"\0" + content)
+    image = paths.work_dir() / "initramfs" / f"{prefix}-{digest.hexdigest()[:12]}.cpio.gz"
     if image.exists():
         return image
-    dirs = sorted({str(Path(g).parents[i]) for g, _ in files
-                   for i in range(len(Path(g).parents) - 1)})
+    dirs = sorted(set(dirs) | {str(Path(g).parents[i]) for g, _ in files
+                               for i in range(len(Path(g).parents) - 1)})
     entries = [(d, None, 0o755) for d in dirs]
-    entries += [(guest, host.read_bytes(), 0o755) for guest, host in files]
+    entries += [(guest, content, 0o755) for guest, content in data]
     image.parent.mkdir(parents=True, exist_ok=True)
-    for old in image.parent.glob("safety-*.cpio.gz"):
+    for old in image.parent.glob(f"{prefix}-*.cpio.gz"):
         old.unlink()
     tmp = image.with_suffix(".tmp")
     tmp.write_bytes(initramfs.cpio(entries))
@@ -203,26 +212,11 @@ def build_static(arch, name=None):
                            f"safety: mm selftests, static, {arch}", name)
 
 
-def _cached_archive(prefix, entries):
-    data = initramfs.cpio(entries)
-    image = (paths.work_dir() / "initramfs"
-             / f"{prefix}-{hashlib.sha256(data).hexdigest()[:12]}.cpio.gz")
-    if not image.exists():
-        image.parent.mkdir(parents=True, exist_ok=True)
-        for old in image.parent.glob(f"{prefix}-*.cpio.gz"):
-            old.unlink()
-        image.with_suffix(".tmp").write_bytes(data)
-        image.with_suffix(".tmp").rename(image)
-    return image
-
-
 def static_layer(names, arch):
     """An initramfs archive with the static selftests @names at
     /selftests/<name>, for vm.run(layers=)."""
-    entries = [("selftests", None, 0o755)]
-    entries += [(f"selftests/{n}", build_static(arch, n).read_bytes(), 0o755)
-                for n in names]
-    return _cached_archive(f"selftests-{arch}", entries)
+    return _cached_archive(f"selftests-{arch}",
+                           [(f"selftests/{n}", build_static(arch, n)) for n in names])
 
 
 def arm64_layer(mm):
@@ -230,8 +224,7 @@ def arm64_layer(mm):
     of build_static("arm64") and their scripts at /safety/mm, and a static
     bash for run_vmtests.sh.  No stress-ng: arm64 runs the selftests part
     of the safety suite only."""
-    entries = [(d, None, 0o755) for d in ("bin", "safety", GUEST_MM, GUEST_BIN)]
-    entries += [(f"{GUEST_MM}/{p.name}", p.read_bytes(), 0o755)
-                for p in sorted(mm.iterdir()) if p.is_file()]
-    entries.append(("bin/bash", deps.arm64_bash().read_bytes(), 0o755))
-    return _cached_archive("arm64-safety", entries)
+    files = [(f"{GUEST_MM}/{p.name}", p) for p in sorted(mm.iterdir()) if p.is_file()]
+    files.append(("bin/bash", deps.arm64_bash()))
+    # the selftests' script writes its shims into GUEST_BIN
+    return _cached_archive("arm64-safety", files, dirs=[GUEST_BIN])

@@ -35,8 +35,8 @@ from lab import (bench, build, datadisk, initramfs, insnprof, package, paths, re
 from lab.errors import LabError
 
 ARM64 = ("vanilla-arm64", "patched-arm64")
-# the quick categories' programs that passed on vanilla-arm64 (docs/safety.md,
-# "arm64"), less a margin for the intermittent ones
+# the quick categories' programs that passed on vanilla-arm64 (25: docs/safety.md,
+# "The arm64 kernels"), less a margin for the intermittent ones
 ARM64_MIN_PASSED = 20
 FAKE = Path(__file__).with_name("fake_qemu.py")
 

@@ -192,7 +192,8 @@ def test_a_bad_first_patch_is_refused_before_any_work(src, builds, first, messag
 
 
 def _git(repo, *args):
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
+                    *args], check=True, capture_output=True)
 
 
 def test_a_patch_naming_an_option_a_later_patch_adds_is_refused(tmp_path):
@@ -203,8 +204,8 @@ def test_a_patch_naming_an_option_a_later_patch_adds_is_refused(tmp_path):
     (repo / "mm").mkdir(parents=True)
     (repo / "mm" / "Kconfig").write_text("config FOO\n\tbool \"foo\"\n")
     _git(repo, "init", "-q")
-    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "add", ".")
-    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "base")
     _git(repo, "tag", tree.BASE_TAG)
     patches = []
     for name, path, text in [
@@ -214,7 +215,7 @@ def test_a_patch_naming_an_option_a_later_patch_adds_is_refused(tmp_path):
              "config FOO\n\tbool \"foo\"\nconfig FOO_DEBUG\n\tbool \"debug\"\n")]:
         (repo / path).write_text(text)
         _git(repo, "add", path)
-        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", name)
+        _git(repo, "commit", "-qm", name)
         patch = tmp_path / name
         patch.write_text("".join(f"+{ln}\n" for ln in text.splitlines()))
         patches.append(patch)

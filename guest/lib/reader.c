@@ -39,7 +39,7 @@
 
 #define MAX_PRINTED	8	/* violations of each kind printed as they happen */
 #define WAIT_S		30.0
-#define RECLAIM_TRIES	8	/* writes to memory.reclaim per take-away */
+#define TAKE_TRIES	8	/* requests to take a trial's pages away */
 
 struct attack *ctl;
 
@@ -393,39 +393,24 @@ static int pages_moved(void)
 }
 
 /*
- * Proactive reclaim of the cgroup the pages are charged to.  Reclaim keeps a
- * folio whose PTE was young the first time it meets it (and clears the
- * bit), and the cgroup's older pages come first: write again until every
- * page has gone or the tries run out (the trial then shows it).  EAGAIN
- * only says less than asked was reclaimed.
+ * One request to take the trial's pages away: proactive reclaim of the
+ * cgroup they are charged to, compaction, move_pages() to the target node or
+ * process_madvise(MADV_PAGEOUT).  False after helper_fail().
  */
-static bool reclaim_away(void)
-{
-	for (int k = 0; k < RECLAIM_TRIES; k++) {
-		int moved = pages_moved();
-
-		if (moved < 0)
-			return false;
-		if (moved == ctl->npages)
-			break;
-		if (!write_text(ctl->reclaim, ctl->reclaim_arg) &&
-		    errno != EAGAIN) {
-			helper_fail("cannot write '%s' to %s: %s",
-				    ctl->reclaim_arg, ctl->reclaim,
-				    strerror(errno));
-			return false;
-		}
-	}
-	return true;
-}
-
-static bool take_away(void)
+static bool ask_once(void)
 {
 	uintptr_t va = ctl->va;
 	int n = ctl->npages;
 
-	if (ctl->reclaim[0])
-		return reclaim_away();
+	if (ctl->reclaim[0]) {
+		/* EAGAIN only says less than asked was reclaimed */
+		if (write_text(ctl->reclaim, ctl->reclaim_arg) ||
+		    errno == EAGAIN)
+			return true;
+		helper_fail("cannot write '%s' to %s: %s", ctl->reclaim_arg,
+			    ctl->reclaim, strerror(errno));
+		return false;
+	}
 	if (ctl->compact[0]) {
 		if (write_text(ctl->compact, "1"))
 			return true;
@@ -441,21 +426,50 @@ static bool take_away(void)
 			pages[i] = (void *)(va + i * PAGE_SIZE_4K);
 			nodes[i] = ctl->target_node;
 		}
+		/* > 0: pages it could not move for the moment, asked again */
 		if (syscall(SYS_move_pages, hs.owner, n, pages, nodes, status,
 			    MPOL_MF_MOVE) < 0) {
 			helper_fail("move_pages: %s", strerror(errno));
 			return false;
 		}
-	} else {
-		struct iovec iov = { (void *)va, n * PAGE_SIZE_4K };
+		return true;
+	}
 
-		if (syscall(SYS_process_madvise, hs.pidfd, &iov, 1,
-			    MADV_PAGEOUT, 0) < 0) {
-			helper_fail("process_madvise(MADV_PAGEOUT): %s%s",
-				    strerror(errno), errno == ENOSYS ?
-				    " (kernel needs CONFIG_ADVISE_SYSCALLS)" : "");
+	struct iovec iov = { (void *)va, n * PAGE_SIZE_4K };
+
+	if (syscall(SYS_process_madvise, hs.pidfd, &iov, 1, MADV_PAGEOUT,
+		    0) < 0) {
+		helper_fail("process_madvise(MADV_PAGEOUT): %s%s",
+			    strerror(errno), errno == ENOSYS ?
+			    " (kernel needs CONFIG_ADVISE_SYSCALLS)" : "");
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Every way of taking pages away passes over a folio it cannot take at that
+ * moment and says little or nothing: reclaim keeps a folio whose PTE was
+ * young the first time it meets it (and clears the bit) and takes the
+ * cgroup's older pages first; reclaim and migration skip a folio that is
+ * locked or whose reference count someone raised for a moment.  So look,
+ * and ask again while pages are still there, up to TAKE_TRIES requests;
+ * the trial shows what is left.  Compaction is asked once: it picks its
+ * own pages.
+ */
+static bool take_away(void)
+{
+	for (int k = 0; k < TAKE_TRIES; k++) {
+		int moved = pages_moved();
+
+		if (moved < 0)
 			return false;
-		}
+		if (moved == ctl->npages)
+			break;
+		if (!ask_once())
+			return false;
+		if (ctl->compact[0])
+			break;
 	}
 	return true;
 }

@@ -39,7 +39,7 @@
 #include "unflush.h"
 
 static const char usage[] =
-"usage: anon-unmap-rollback [--uffd-wp 0|1] [--reps N]\n"
+"usage: anon-unmap-rollback [--uffd-wp 0|1] [--soft-dirty 0|1] [--reps N]\n"
 "\n"
 "Swap out anonymous memory backed by 64K folios whose pages have different\n"
 "soft-dirty states (and some folios uffd-wp), and check every page's PTE\n"
@@ -47,14 +47,17 @@ static const char usage[] =
 "kernel fails to unmap stays mapped exactly as it was, (b) with swap full\n"
 "every page is mapped or swapped with its own bits, (c) a normal pageout\n"
 "swaps every page with its own bits.  Needs root, swap on zram,\n"
-"CONFIG_GUP_TEST and CONFIG_MEM_SOFT_DIRTY; --uffd-wp 0 skips uffd-wp.\n"
+"CONFIG_GUP_TEST and CONFIG_MEM_SOFT_DIRTY; --uffd-wp 0 skips uffd-wp,\n"
+"--soft-dirty 0 soft-dirty bits (arm64 has neither): presence, PFNs,\n"
+"exclusive bits and data are still checked.\n"
 "Prints one UNFLUSH-RESULT line per repetition (id anon-unmap-rollback).\n"
 "KTAP (lib/ktap.h): one test, anon-unmap-rollback, after the result lines.\n"
 "Exit 0: every page of every repetition kept its state and data; 1: the\n"
 "first mismatch, or a precondition failed, with no result line for that\n"
 "repetition (the test's KTAP line says why); 4: skipped, the kernel lacks\n"
-"64K anonymous folios or their stats, gup_test, soft-dirty bits, or (unless\n"
-"--uffd-wp 0) userfaultfd's write-protection; 2: usage.\n";
+"64K anonymous folios or their stats, gup_test, or (unless --soft-dirty 0\n"
+"or --uffd-wp 0) soft-dirty bits or userfaultfd's write-protection;\n"
+"2: usage.\n";
 
 #define FOLIO_KB	64
 #define FOLIO_PAGES	16	/* FOLIO_KB / 4K */
@@ -81,6 +84,7 @@ struct region {
 
 static int pagemap_fd = -1, uffd = -1;
 static bool use_wp = true;
+static bool use_sd = true;
 static char mem_limit_path[128];
 
 static uint64_t word(const struct region *r, int page, size_t w)
@@ -139,7 +143,7 @@ static int check_ptes(const struct region *r, enum want want, bool same_pfn,
 		if (want == WANT_SWAPPED && !swap)
 			die(1, "%s, %s: page %d is still mapped, it must be swapped (pagemap %#llx)",
 			    r->name, when, i, (unsigned long long)v);
-		if (!!(v & PM_SOFT_DIRTY) != r->sd[i])
+		if (use_sd && !!(v & PM_SOFT_DIRTY) != r->sd[i])
 			die(1, "%s, %s: page %d soft-dirty is %d, expected %d (pagemap %#llx)",
 			    r->name, when, i, !!(v & PM_SOFT_DIRTY), r->sd[i],
 			    (unsigned long long)v);
@@ -442,15 +446,16 @@ static void open_uffd(void)
 
 int main(int argc, char **argv)
 {
-	struct own_arg args[] = { { .name = "uffd-wp" } };
+	struct own_arg args[] = { { .name = "uffd-wp" }, { .name = "soft-dirty" } };
 	struct fields checks = { 0 }, extra = { 0 };
 	struct run_opts o;
 	const char *why;
 	int cpu;
 
 	run_opts_init(&o, usage, false);
-	parse_run_args(argc, argv, &o, args, 1);
+	parse_run_args(argc, argv, &o, args, 2);
 	use_wp = arg_count(&args[0], 0, 1) != 0;
+	use_sd = arg_count(&args[1], 0, 1) != 0;
 	ktap_plan(1);
 	ktap_test("anon-unmap-rollback");
 
@@ -466,8 +471,8 @@ int main(int argc, char **argv)
 	if (!path_exists(GUP_TEST_PATH))
 		ktap_skip_exit("no " GUP_TEST_PATH ": part a pins a page with gup_test (CONFIG_GUP_TEST, debugfs)");
 	pagemap_fd = pagemap_open(0);
-	if (!soft_dirty_bits())
-		ktap_skip_exit("pagemap shows no soft-dirty bit on a page just written: this kernel has no CONFIG_MEM_SOFT_DIRTY");
+	if (use_sd && !soft_dirty_bits())
+		ktap_skip_exit("pagemap shows no soft-dirty bit on a page just written: this kernel has no CONFIG_MEM_SOFT_DIRTY; or --soft-dirty 0");
 	if (use_wp)
 		open_uffd();
 	/* what the machine must be set up with: else not ok */
@@ -485,7 +490,7 @@ int main(int argc, char **argv)
 		region_map(&a, "a (pinned)", 2);
 		region_map(&c, "c (pageout)", 8);
 		region_map(&b, "b (swap full)", 8);
-		if (!write_text("/proc/self/clear_refs", "4"))
+		if (use_sd && !write_text("/proc/self/clear_refs", "4"))
 			die(1, "cannot clear soft-dirty bits (/proc/self/clear_refs): %s (needs CONFIG_MEM_SOFT_DIRTY)",
 			    strerror(errno));
 		region_mark(&a, 1u << 1);
@@ -505,6 +510,7 @@ int main(int argc, char **argv)
 		field_int(&checks, "b_pages", b.pages);
 		field_int(&checks, "b_swapped", sb);
 		field_int(&extra, "uffd_wp", use_wp);
+		field_int(&extra, "soft_dirty", use_sd);
 		report_result("anon-unmap-rollback", "single", rep, &p, &extra,
 			      &checks);
 		phase_free(&p);

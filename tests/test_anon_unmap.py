@@ -11,6 +11,12 @@ work goes through the batched path (and part a rolls two batches back); off,
 through the one-at-a-time path; the outcome must be the same.  On the
 `broken` kernel, whose patches/testing/0002 takes the rollback out, part a
 must fail.
+
+On arm64 (opt-in, `--arm64`) the batch clears a contpte block whole, with
+get_and_clear_full_ptes(), and a failed one writes its PTEs back one by
+one: the same runs on patched-arm64 and broken-arm64, less the soft-dirty
+and uffd-wp bits, which arm64 6.12 does not have; presence, PFNs,
+exclusive bits and data are checked as on x86.
 """
 
 import pytest
@@ -25,14 +31,24 @@ SWITCH = "/sys/kernel/mm/tlb_batching/anon_unmap"
 PROGRAM = "anon-unmap-rollback"
 PINNED_FOLIOS = 2      # part a pins one page in each of two 64K folios
 SAME = ("a_pages", "a_swapped_to_full_zram", "c_pages", "c_swapped", "b_pages")
+# the program's arguments on each kernel: arm64 6.12 has neither bit
+ARGS = {"patched": "", "broken": "",
+        "patched-arm64": "--uffd-wp 0 --soft-dirty 0",
+        "broken-arm64": "--uffd-wp 0 --soft-dirty 0"}
 
 
-def script():
+def on(variant):
+    """A parameter of the tests: @variant, opt-in if it is arm64's."""
+    marks = [pytest.mark.arm64] if build.arch(variant) != build.HOST_ARCH else []
+    return pytest.param(variant, marks=marks, id=variant)
+
+
+def script(args=""):
     lines = []
     for value in (1, 0):
         lines += [f"echo {value} > {SWITCH}",
                   f"echo RUN {value} $(cat {SWITCH})",
-                  f"{PROGRAM} --reps 1"]
+                  f"{PROGRAM} --reps 1 {args}"]
     lines.append(f"echo 1 > {SWITCH}")
     return "\n".join(lines) + "\n"
 
@@ -61,9 +77,10 @@ def shape():
     return vm.VMShape(cpus=2, mem="1G", zram="64M", timeout=900)
 
 
-@pytest.fixture(scope="module")
-def guest_run():
-    return vm.run(build.built("patched"), script(), shape(), quiet=True)
+@pytest.fixture(scope="module", params=[on("patched"), on("patched-arm64")])
+def guest_run(request):
+    variant = request.param
+    return vm.run(build.built(variant), script(ARGS[variant]), shape(), quiet=True)
 
 
 def test_pages_keep_their_state_with_the_switch_on_and_off(guest_run):
@@ -100,13 +117,14 @@ def test_switch_moves_swap_out_between_the_paths(guest_run):
     assert c_off["nr_tlb_anon_unmap_ptes_single"] >= c_on["nr_tlb_anon_unmap_ptes_batched"], summary
 
 
-def test_rollback_removed_is_caught():
+@pytest.mark.parametrize("variant", [on("broken"), on("broken-arm64")])
+def test_rollback_removed_is_caught(variant):
     """Without the rollback the PTEs of a failed batch stay cleared: part a
     must say a page of the pinned folio lost its PTE.  The kernel's own
     rss accounting then complains too (a splat, allowed here)."""
-    kernel = build.built("broken")
+    kernel = build.built(variant)
     logdir = vm.new_logdir(kernel)
-    command = f"{PROGRAM} --reps 1; grep anon_unmap /proc/vmstat"
+    command = f"{PROGRAM} --reps 1 {ARGS[variant]}; grep anon_unmap /proc/vmstat"
     try:
         output = vm.run(kernel, command, shape(), logdir=logdir, quiet=True,
                         allow_splats=True).output

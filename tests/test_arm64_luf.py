@@ -141,7 +141,7 @@ def test_broken_arm64_is_caught(mode):
     assert seen and any(v["kind"] == "canary" for v in seen), output[-2000:]
 
 
-# The series' own selftest of the same property (patch 20,
+# The series' own selftest of the same property (patch 22,
 # tools/testing/selftests/mm/stale_tlb.c), built static for arm64: file
 # reclaim, anon swap-out of 4K pages and 32K folios, migration to node 1.
 SELFTEST_TESTS = ["file reclaim", "anon swap-out", "anon 32K swap-out", "file migration"]

@@ -173,7 +173,9 @@ def main(args):
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     report.write(out, doc)
-    if not failures:
+    # results/latest names the newest run of results/; a directory given
+    # with -o (a committed record, say) gets no link beside it
+    if not failures and not args.out:
         latest = out.parent / "latest"
         if latest.is_symlink() or latest.exists():
             latest.unlink()

@@ -143,6 +143,20 @@ def test_switches_and_settings_put_back_after_the_run(machine, tmp_path):
     assert (root / THP).read_text().strip() == "madvise"
 
 
+def test_latest_names_the_newest_run_of_results_only(machine, tmp_path, monkeypatch):
+    """results/latest points at the newest run written under results/; a
+    directory given with -o, a committed record say, gets nothing beside it."""
+    assert bench.main(bench_args(tmp_path / "record", "swap-loop", reps=1)) == 0
+    assert sorted(p.name for p in tmp_path.iterdir() if "record" in p.name or
+                  p.name == "latest") == ["record"]
+    monkeypatch.setattr(bench.paths, "results_dir", lambda: tmp_path / "results")
+    args = bench_args(tmp_path / "unused", "swap-loop", reps=1)
+    args.out = None
+    assert bench.main(args) == 0
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.name != "latest"]
+    assert os.readlink(tmp_path / "results" / "latest") == run.name
+
+
 @pytest.mark.parametrize("stop", [RuntimeError("program runner broke"), KeyboardInterrupt()])
 def test_switches_put_back_when_the_run_stops(machine, tmp_path, stop):
     root = Path(os.environ["UNFLUSH_HOST_ROOT"])

@@ -34,7 +34,10 @@ from lab.errors import LabError
 from lab.progress import say
 
 SWITCH_DIR = "/sys/kernel/mm/tlb_batching"
-DATA_DISKS = {"models": datadisk.ensure, "llama": llama.data_disk}
+# the guest's data disk by its name in suite.Group, for a size and an
+# architecture (only llama-simple's disk differs by architecture)
+DATA_DISKS = {"models": lambda quick, arch: datadisk.ensure(quick),
+              "llama": llama.data_disk}
 FORMAT_VERSION = 1
 
 
@@ -247,18 +250,18 @@ class VMRunner:
                          "base_version": tree.installed_base_version(),
                          "lab_commit": _lab_commit()}
 
-    def shape(self, group_name):
+    def shape(self, group_name, arch):
         group = suite.GROUPS[group_name]
         base = group.quick_shape if self.quick else group.shape
         shape = vm.VMShape(**{**base.__dict__, "icount": self.icount})
         if group.needs_data_disk:
-            shape.data_disk = DATA_DISKS[group.data_disk](self.quick)
+            shape.data_disk = DATA_DISKS[group.data_disk](self.quick, arch)
         self.shapes[group_name] = shape.describe()
         return shape
 
     def run(self, kernel_name, group, experiments, switches_off=False):
         script = guest_script(experiments, kernel_name, self.quick, switches_off)
-        shape = self.shape(group)
+        shape = self.shape(group, self.kernels[kernel_name].arch)
         # every program's phases are windows (guest/lib/unflush.h): under
         # --icount each result gets its phase's instructions, and on arm64,
         # in either mode, its TLBIs and DSBs (lab/insnprof.py)

@@ -52,8 +52,9 @@ APT_PACKAGES = [
     # `lab build vanilla-arm64 patched-arm64`; make test checks that Kconfig
     # keeps those configurations' options
     "gcc-aarch64-linux-gnu",
-    # the arm64 kernels: static guest programs, the `virt` machine
-    "libc6-dev-arm64-cross", "qemu-system-arm",
+    # the arm64 kernels: static guest programs, the `virt` machine; and
+    # llama.cpp for the arm64 guest (C++)
+    "libc6-dev-arm64-cross", "qemu-system-arm", "g++-aarch64-linux-gnu",
     # its UEFI firmware: the boot that brings ACPI (SRAT, HMAT) for --node1
     "qemu-efi-aarch64",
     # `lab package` (kbuild's bindeb-pkg): dpkg-buildpackage and the dh_*

@@ -5,8 +5,10 @@ carries it under vendor/llama.cpp.  The lab builds one program of it,
 llama-simple (greedy sampling, fixed prompt and token count, mmap on),
 static and for any x86-64 with SSE4.2 (GGML_NATIVE off: the guest CPU is
 emulated), without GPU backends, OpenMP, curl or OpenSSL, so it runs in the
-busybox guest and on any host.  The build is cached by version under the
-lab's cache directory, and made afresh when it is not there.
+busybox guest and on any host.  For the arm64 guest it is cross-built
+with Debian's aarch64 toolchain, for any ARMv8-A CPU.  Each build is
+cached by version and architecture under the lab's cache directory, and
+made afresh when it is not there.
 
 The models are real GGUF files of the llama architecture, written with the
 `gguf` package from PyPI: pseudo-random f32 weights from a fixed seed (no
@@ -42,9 +44,8 @@ CMAKE_OPTIONS = [
     "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DGGML_STATIC=ON",
     # GGML_STATIC links ggml's own programs statically, not the examples
     "-DCMAKE_EXE_LINKER_FLAGS=-static",
-    # generic x86-64 (SSE4.2), not this host's CPU
-    "-DGGML_NATIVE=OFF", "-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF",
-    "-DGGML_F16C=OFF", "-DGGML_BMI2=OFF", "-DGGML_AVX512=OFF",
+    # not this host's CPU, whatever the guest's architecture
+    "-DGGML_NATIVE=OFF",
     # ggml's own thread pool: a static libgomp is one more thing to go wrong
     "-DGGML_OPENMP=OFF", "-DGGML_CCACHE=OFF",
     "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
@@ -53,6 +54,18 @@ CMAKE_OPTIONS = [
     # one target is built
     "-DLLAMA_BUILD_COMMON=ON", "-DLLAMA_BUILD_EXAMPLES=ON",
 ]
+# By the guest's architecture (lab/build.py's names): the compilers, and
+# for x86-64 a generic CPU (SSE4.2); for arm64 a cross build for ARMv8-A
+ARCH_OPTIONS = {
+    "x86-64": (("g++",), [
+        "-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF", "-DGGML_F16C=OFF",
+        "-DGGML_BMI2=OFF", "-DGGML_AVX512=OFF"]),
+    "arm64": (("aarch64-linux-gnu-gcc", "aarch64-linux-gnu-g++"), [
+        "-DCMAKE_SYSTEM_NAME=Linux", "-DCMAKE_SYSTEM_PROCESSOR=aarch64",
+        "-DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc",
+        "-DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++",
+        "-DGGML_CPU_ARM_ARCH=armv8-a"]),
+}
 
 MODELS = 3
 # (embedding, feed-forward, layers): f32 weights, so each token reads every
@@ -66,8 +79,9 @@ HEAD_DIM = 128
 WORDS = 256               # vocabulary beside the 3 special and 256 byte tokens
 
 
-def binary():
-    return paths.cache_dir() / f"llama.cpp-{VERSION}" / PROGRAM
+def binary(arch="x86-64"):
+    suffix = "" if arch == "x86-64" else f"-{arch}"
+    return paths.cache_dir() / f"llama.cpp-{VERSION}{suffix}" / PROGRAM
 
 
 def _run(cmd, what, log, **kw):
@@ -78,18 +92,20 @@ def _run(cmd, what, log, **kw):
         raise LabError(f"{what} failed ({tail}); the whole log is {log}")
 
 
-def build():
-    """The static llama-simple, built once per version (`nice -n 10`)."""
-    dest = binary()
+def build(arch="x86-64"):
+    """The static llama-simple for @arch, built once per version (`nice -n
+    10`)."""
+    dest = binary(arch)
     if dest.is_file():
         return dest
-    for tool in ("cmake", "g++"):
+    compilers, arch_options = ARCH_OPTIONS[arch]
+    for tool in ("cmake", *compilers):
         if not shutil.which(tool):
             raise LabError(f"{tool} is missing: run `make setup`")
     dest.parent.mkdir(parents=True, exist_ok=True)
     log = dest.parent / "build.log"
     log.write_text("")
-    prog = Progress(f"llama.cpp {VERSION}")
+    prog = Progress(f"llama.cpp {VERSION} ({arch})")
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         prog.update("downloading llama-cpp-python's source from PyPI", force=True)
         _run([sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:",
@@ -101,7 +117,8 @@ def build():
         src = Path(tmp) / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
         out = Path(tmp) / "build"
         prog.update("configuring", force=True)
-        _run(["nice", "-n", "10", "cmake", "-S", str(src), "-B", str(out), *CMAKE_OPTIONS],
+        _run(["nice", "-n", "10", "cmake", "-S", str(src), "-B", str(out), *CMAKE_OPTIONS,
+              *arch_options],
              "cmake (configure llama.cpp)", log)
         cmd = ["nice", "-n", "10", "cmake", "--build", str(out), "--target", PROGRAM,
                "-j", str(os.cpu_count() or 1)]
@@ -196,14 +213,16 @@ def write_models(folder, quick):
         write_model(Path(folder) / name, SHAPES[quick], seed=i)
 
 
-def data_disk(quick):
-    """The ext2 image with llama-simple and the models, made once per size."""
-    llama = build()
+def data_disk(quick, arch="x86-64"):
+    """The ext2 image with @arch's llama-simple and the models, made once
+    per size and architecture."""
+    llama = build(arch)
     d, ff, layers = SHAPES[quick]
+    suffix = "" if arch == "x86-64" else f"-{arch}"
 
     def populate(folder):
         shutil.copy2(llama, Path(folder) / PROGRAM)
         write_models(folder, quick)
 
-    return datadisk.image(f"llama-{VERSION}-{MODELS}x{d}d{ff}f{layers}l", populate,
+    return datadisk.image(f"llama-{VERSION}{suffix}-{MODELS}x{d}d{ff}f{layers}l", populate,
                           what=f"{PROGRAM} and {MODELS} GGUF models")

@@ -138,12 +138,11 @@ EXPERIMENTS = _experiments()
 
 # Why the experiments of a group cannot run on an arm64 guest
 NO_HVO_ON_ARM64 = "arm64 6.12 has no hugetlb vmemmap optimisation (HVO)"
-NO_LLAMA_ON_ARM64 = "the lab builds llama.cpp for the x86-64 guest only"
 
 
 def arm64_refusal(experiment):
     """Why @experiment cannot run on an arm64 kernel, or None if it can."""
-    return {"hugetlb": NO_HVO_ON_ARM64, "llama": NO_LLAMA_ON_ARM64}.get(experiment.group)
+    return {"hugetlb": NO_HVO_ON_ARM64}.get(experiment.group)
 
 
 def select(patterns):

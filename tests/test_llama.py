@@ -81,3 +81,15 @@ def test_models_outside_a_host_run_are_refused(tmp_path):
     args.host = False
     with pytest.raises(LabError, match="for --host runs"):
         bench.main(args)
+
+
+def test_arm64_build_is_its_own_and_says_what_is_missing(tmp_path, monkeypatch):
+    """llama-simple for the arm64 guest is cached apart from x86-64's, and a
+    missing cross compiler is named before anything is downloaded."""
+    monkeypatch.setattr(llama.paths, "cache_dir", lambda: tmp_path)
+    assert llama.binary("arm64").parent != llama.binary().parent
+    monkeypatch.setattr(llama.shutil, "which",
+                        lambda tool: None if tool.startswith("aarch64-") else "/bin/" + tool)
+    monkeypatch.setattr(llama, "_run", lambda *a, **k: pytest.fail("downloaded"))
+    with pytest.raises(LabError, match="aarch64-linux-gnu-gcc is missing: run `make setup`"):
+        llama.build("arm64")

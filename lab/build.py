@@ -37,6 +37,8 @@ kbuild uses `srctree=..` and the compiler sees the same relative paths in both
 trees.  That lets ccache share every object the series does not touch.
 """
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -241,9 +243,30 @@ def ensure_source(variant):
             "broken": tree.ensure_testing}[source]()
 
 
+@contextlib.contextmanager
+def build_lock(variant):
+    """Held while `variant` is built: two makes in one build directory
+    compile the same objects at once and break each other (fixdep finds
+    the other's .d file gone), so a second build of it waits, and says so."""
+    path = paths.work_dir() / "locks" / f"build-{variant}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"build {variant}: waiting for another build of it to finish")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def build(variant, jobs=None):
     """Build the bzImage of `variant` (arm64: its Image), incrementally,
-    showing progress."""
+    showing progress; one build of a variant at a time."""
+    with build_lock(variant):
+        return _build(variant, jobs)
+
+
+def _build(variant, jobs):
     if arch(variant) != HOST_ARCH:
         cross_tools(variant)
     ensure_source(variant)

@@ -44,3 +44,30 @@ def test_distro_config_sets_what_debian_sets(tmp_path):
         debian = build.wanted_options([plain])
         for name, value in wanted.items():
             assert debian.get(name, "n") == value, f"{xz.name}: {name}"
+
+
+def test_a_second_build_of_a_variant_waits_for_the_first(capsys):
+    """Two makes in one build directory break each other: build_lock() makes
+    the second wait, and say so, until the first lets go."""
+    import subprocess
+    import sys
+    import time
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "from lab import build\n"
+         "with build.build_lock('patched'):\n"
+         "    print('held', flush=True)\n"
+         "    time.sleep(1.5)\n"],
+        stdout=subprocess.PIPE, text=True, cwd=paths.ROOT)
+    assert holder.stdout.readline() == "held\n"
+    start = time.monotonic()
+    with build.build_lock("patched"):
+        waited = time.monotonic() - start
+    holder.wait()
+    assert waited > 0.5
+    assert "build patched: waiting for another build of it" in capsys.readouterr().err
+    # another variant's build does not wait for it
+    with build.build_lock("patched"), build.build_lock("vanilla"):
+        pass

@@ -79,9 +79,14 @@ HEAD_DIM = 128
 WORDS = 256               # vocabulary beside the 3 special and 256 byte tokens
 
 
+def _arch_suffix(arch):
+    """What names @arch's builds and disks: nothing for x86-64, whose
+    names came first, else -<arch>."""
+    return "" if arch == "x86-64" else f"-{arch}"
+
+
 def binary(arch="x86-64"):
-    suffix = "" if arch == "x86-64" else f"-{arch}"
-    return paths.cache_dir() / f"llama.cpp-{VERSION}{suffix}" / PROGRAM
+    return paths.cache_dir() / f"llama.cpp-{VERSION}{_arch_suffix(arch)}" / PROGRAM
 
 
 def _run(cmd, what, log, **kw):
@@ -218,11 +223,11 @@ def data_disk(quick, arch="x86-64"):
     per size and architecture."""
     llama = build(arch)
     d, ff, layers = SHAPES[quick]
-    suffix = "" if arch == "x86-64" else f"-{arch}"
 
     def populate(folder):
         shutil.copy2(llama, Path(folder) / PROGRAM)
         write_models(folder, quick)
 
-    return datadisk.image(f"llama-{VERSION}{suffix}-{MODELS}x{d}d{ff}f{layers}l", populate,
+    return datadisk.image(f"llama-{VERSION}{_arch_suffix(arch)}-{MODELS}x{d}d{ff}f{layers}l",
+                          populate,
                           what=f"{PROGRAM} and {MODELS} GGUF models")

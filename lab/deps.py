@@ -168,6 +168,9 @@ def install_arm64_packages(sudo, updated):
             raise LabError(f"downloading {' '.join(ARM64_PACKAGES)} failed: {tail}")
         new = root.with_name(root.name + ".tmp")
         shutil.rmtree(new, ignore_errors=True)
+        # dpkg-deb -x makes its target but not the folders above it, and
+        # on a fresh machine nothing has made the cache yet
+        new.parent.mkdir(parents=True, exist_ok=True)
         for deb in debs:
             _run(["dpkg-deb", "-x", str(deb), str(new)], deb.name)
         (new / ".packages").write_text("\n".join(ARM64_PACKAGES) + "\n")

@@ -98,6 +98,8 @@ CATEGORIES = [
     Category("mkdirty", 60, "PTE/PMD dirtying in read-only VMAs"),
     Category("stale_tlb", 120, "the series' selftest: reads through TLB entries that "
              "reclaim, swap-out or migration should have flushed"),
+    Category("swapout_rollback", 60, "the series' selftest: a failed batched swap-out "
+             "puts every PTE back with its own bits"),
     # slow under TCG: soak only
     Category("hugetlb", 1200, "hugetlb fault/madvise/mremap/shm/vmemmap, reservations"),
     Category("userfaultfd", 2400, "uffd missing/wp/minor faults, uffd-stress"),
@@ -114,7 +116,7 @@ CATEGORIES = [
 QUICK_CATEGORIES = ["mmap", "gup_test", "compaction", "mlock", "process_mrelease",
                     "mremap", "madv_populate", "memfd_secret", "ksm_numa",
                     "soft_dirty", "pagemap", "cow", "thp", "migration", "mkdirty",
-                    "stale_tlb"]
+                    "stale_tlb", "swapout_rollback"]
 SOAK_CATEGORIES = [c.name for c in CATEGORIES]
 
 

@@ -9,19 +9,21 @@ path means every PTE the batch had cleared is put back with its own bits;
 bits.  It runs with the anon_unmap switch on and off in one boot: on, the
 work goes through the batched path (and part a rolls two batches back); off,
 through the one-at-a-time path; the outcome must be the same.  On the
-`broken` kernel, whose patches/testing/0002 takes the rollback out, part a
-must fail.
+`broken` kernel, whose patches/testing/0002 takes the rollback out, the
+series' selftest of the same checks, swapout_rollback (patch 23), must fail
+its pinned test.
 
 On arm64 (opt-in, `--arm64`) the batch clears a contpte block whole, with
 get_and_clear_full_ptes(), and a failed one writes its PTEs back one by
 one: the same runs on patched-arm64 and broken-arm64, less the soft-dirty
 and uffd-wp bits, which arm64 6.12 does not have; presence, PFNs,
-exclusive bits and data are checked as on x86.
+exclusive bits and data are checked as on x86, and broken-arm64 must fail
+part a.
 """
 
 import pytest
 
-from lab import build, vm
+from lab import build, safety, vm
 from lab.errors import LabError
 from stale_reads import ktap_exits, runs
 
@@ -117,7 +119,21 @@ def test_switch_moves_swap_out_between_the_paths(guest_run):
     assert c_off["nr_tlb_anon_unmap_ptes_single"] >= c_on["nr_tlb_anon_unmap_ptes_batched"], summary
 
 
-@pytest.mark.parametrize("variant", [on("broken"), on("broken-arm64")])
+def test_the_series_selftest_catches_the_broken_kernel():
+    """The series' own test of the rollback, swapout_rollback in
+    tools/testing/selftests/mm, run by run_vmtests.sh as the safety suite
+    runs it (which shows it passing on vanilla and patched): on `broken` its
+    pinned folio loses its PTEs, and a normal pageout still passes."""
+    tests, output, errors = safety.run_selftests_alone("broken", ["swapout_rollback"])
+    (test,) = [t for t in tests if t.name == "swapout_rollback"]
+    assert test.status == "fail", output[-3000:]
+    assert [s.status for s in test.subtests] == ["fail", "pass"], test.subtests
+    assert "its PTE was lost" in output, output[-3000:]
+
+
+# x86's proof on `broken` is the selftest's, above; arm64's guests run this
+# program, which knows arm64 has no soft-dirty or uffd-wp bits
+@pytest.mark.parametrize("variant", [on("broken-arm64")])
 def test_rollback_removed_is_caught(variant):
     """Without the rollback the PTEs of a failed batch stay cleared: part a
     must say a page of the pinned folio lost its PTE.  The kernel's own

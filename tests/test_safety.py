@@ -588,15 +588,17 @@ def test_selftests_really_ran(quick_run):
 
 
 @pytest.mark.vm
-def test_the_series_stale_tlb_selftest_passes_everywhere(quick_run):
-    """The series' selftest of stale reads ran all four of its tests on
-    every kernel, vanilla's included, and none skipped: each had its pages
-    taken away and reused (tests/test_stale_tlb.py shows it failing on the
-    broken kernel)."""
+@pytest.mark.parametrize("name", ["stale_tlb", "swapout_rollback"])
+def test_the_series_selftests_pass_everywhere(quick_run, name):
+    """The series' selftests ran all their tests on every kernel, vanilla's
+    included, and none skipped: stale_tlb had its pages taken away and
+    reused in each of its four, swapout_rollback had its 64K folios in the
+    swap cache and pinned (tests/test_stale_tlb.py and
+    tests/test_anon_unmap.py show each failing on the broken kernel)."""
     for variant, entry in quick_run.items():
         st = entry["selftests"]
-        assert "stale_tlb" in st["passed"], (variant, st["failed"], st["skipped"])
-        skipped = [s for s in st["subtests"]["skipped"] if s["name"].startswith("stale_tlb")]
+        assert name in st["passed"], (variant, st["failed"], st["skipped"])
+        skipped = [s for s in st["subtests"]["skipped"] if s["name"].startswith(name)]
         assert skipped == [], (variant, skipped)
 
 

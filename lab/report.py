@@ -503,7 +503,7 @@ def arm64_lines(meta):
     arm = meta.get("arm64")
     if not arm:
         return []
-    kpti = "; ".join(f"{k} {v}" for k, v in arm["kpti"].items())
+    kpti = "; ".join(f"{k} {v}" for k, v in sorted(arm["kpti"].items()))
     lines = [f"arm64 (QEMU `virt`, `-cpu {arm['cpu']}`; KPTI: {kpti}) has no shootdown "
              "interrupt, and vanilla no `nr_tlb_*` (the series' kernels count flushes "
              "by source there too): a flush there is broadcast TLBI "

@@ -98,8 +98,10 @@ CATEGORIES = [
     Category("mkdirty", 60, "PTE/PMD dirtying in read-only VMAs"),
     Category("stale_tlb", 120, "the series' selftest: reads through TLB entries that "
              "reclaim, swap-out or migration should have flushed"),
-    Category("swapout_rollback", 60, "the series' selftest: a failed batched swap-out "
-             "puts every PTE back with its own bits"),
+    # 17 s on patched; a leaked swap count makes its swapoff wait 20 s more
+    Category("swapout_rollback", 120, "the series' selftest: a failed batched swap-out "
+             "puts every PTE back with its own bits, a folio shared past a swap "
+             "count's limit leaks no count"),
     # slow under TCG: soak only
     Category("hugetlb", 1200, "hugetlb fault/madvise/mremap/shm/vmemmap, reservations"),
     Category("userfaultfd", 2400, "uffd missing/wp/minor faults, uffd-stress"),

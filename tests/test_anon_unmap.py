@@ -11,14 +11,16 @@ work goes through the batched path (and part a rolls two batches back); off,
 through the one-at-a-time path; the outcome must be the same.  On the
 `broken` kernel, whose patches/testing/0002 takes the rollback out, the
 series' selftest of the same checks, swapout_rollback (patch 23), must fail
-its pinned test.
+its pinned test; and its sharers test too, which patches/testing/0003
+breaks (tests/test_swap_sharers.py).
 
 On arm64 (opt-in, `--arm64`) the batch clears a contpte block whole, with
 get_and_clear_full_ptes(), and a failed one writes its PTEs back one by
 one: the same runs on patched-arm64 and broken-arm64, less the soft-dirty
 and uffd-wp bits, which arm64 6.12 does not have; presence, PFNs,
 exclusive bits and data are checked as on x86; swapout_rollback, built
-static, must pass on patched-arm64 and fail its pinned test on broken-arm64.
+static, must pass on patched-arm64 and fail its pinned and sharers tests on
+broken-arm64.
 """
 
 import pytest
@@ -120,12 +122,14 @@ def test_the_series_selftest_catches_the_broken_kernel():
     """The series' own test of the rollback, swapout_rollback in
     tools/testing/selftests/mm, run by run_vmtests.sh as the safety suite
     runs it (which shows it passing on vanilla and patched): on `broken` its
-    pinned folio loses its PTEs, and a normal pageout still passes."""
+    pinned folio loses its PTEs, a normal pageout still passes, and the
+    folios shared past a swap count's limit leak counts."""
     tests, output, errors = safety.run_selftests_alone("broken", ["swapout_rollback"])
     (test,) = [t for t in tests if t.name == "swapout_rollback"]
     assert test.status == "fail", output[-3000:]
-    assert [s.status for s in test.subtests] == ["fail", "pass"], test.subtests
+    assert [s.status for s in test.subtests] == ["fail", "pass", "fail"], test.subtests
     assert "its PTE was lost" in output, output[-3000:]
+    assert "a swap count leaked" in output, output[-3000:]
 
 
 # The same selftest on arm64, built static (its guest has no C library):
@@ -133,6 +137,7 @@ def test_the_series_selftest_catches_the_broken_kernel():
 # page; soft-dirty and uffd-wp bits are not checked, arm64 has neither.
 PINNED = "a pinned folio that fails to unmap is put back"
 PAGEOUT = "a folio swapped out keeps each page's bits"
+SHARERS = "a folio shared past a swap count's limit leaks no count"
 
 
 def run_static_selftest(variant):
@@ -153,7 +158,7 @@ def failed_batches(output):
 @pytest.mark.arm64
 def test_the_series_selftest_passes_on_patched_arm64():
     output = run_static_selftest("patched-arm64")
-    assert ktap_exits(output) == {PINNED: 0, PAGEOUT: 0}, output[-3000:]
+    assert ktap_exits(output) == {PINNED: 0, PAGEOUT: 0, SHARERS: 0}, output[-3000:]
     # both pinned folios went through the batched path and were put back
     assert failed_batches(output) >= PINNED_FOLIOS, output[-3000:]
 
@@ -161,7 +166,8 @@ def test_the_series_selftest_passes_on_patched_arm64():
 @pytest.mark.arm64
 def test_the_series_selftest_catches_broken_arm64():
     output = run_static_selftest("broken-arm64")
-    assert ktap_exits(output) == {PINNED: 1, PAGEOUT: 0}, output[-3000:]
+    assert ktap_exits(output) == {PINNED: 1, PAGEOUT: 0, SHARERS: 1}, output[-3000:]
     assert "its PTE was lost" in output, output[-3000:]
+    assert "a swap count leaked" in output, output[-3000:]
     # the PTEs were lost by a batch that failed, not on another path
     assert failed_batches(output) >= PINNED_FOLIOS, output[-3000:]

@@ -79,31 +79,30 @@ def test_each_verdict_is_one_ktap_line_and_its_exit_status(demo, how, status,
 
 def test_exit_statuses_by_labelled_run():
     """A boot that runs a program once per setting of a switch
-    (test_swap_sharers.py): each run's KTAP exit status, result and own
+    (test_anon_unmap.py): each run's KTAP exit status, result and own
     lines, by the label echoed before it."""
-    leak = ("swapoff of /dev/zram0 did not finish in 60 s after every sharer "
-            "unmapped its pages: a swap count leaked")
+    lost = "part a: page 3 is neither mapped nor swapped: its PTE was lost"
     out = "\n".join([
-        "RUN anon_unmap=1", "TAP version 13", "1..1",
-        'UNFLUSH-RESULT {"experiment":"anon-swap-sharers","rep":0,"checks":{"folios":64}}',
-        "ok 1 anon-swap-sharers",
-        "RUN anon_unmap=0", "TAP version 13", "1..1",
-        f"not ok 1 anon-swap-sharers # {leak}",
-        f"anon-swap-sharers: {leak}",
+        "RUN 1 1", "TAP version 13", "1..1",
+        'UNFLUSH-RESULT {"experiment":"anon-unmap-rollback","rep":0,"checks":{"a_pages":32}}',
+        "ok 1 anon-unmap-rollback",
+        "RUN 0 0", "TAP version 13", "1..1",
+        f"not ok 1 anon-unmap-rollback # {lost}",
+        f"anon-unmap-rollback: {lost}",
         "RUN old", "TAP version 13", "1..1",
-        "ok 1 anon-swap-sharers # SKIP this kernel has no 64K anonymous folios",
+        "ok 1 anon-unmap-rollback # SKIP this kernel has no 64K anonymous folios",
         "RUN killed", "TAP version 13", "1..1",
     ])
-    by_run = runs(out, "anon-swap-sharers")
-    assert by_run["anon_unmap=1"] == {
+    by_run = runs(out, "anon-unmap-rollback")
+    assert by_run["1 1"] == {
         "exit": 0, "errors": [],
-        "result": {"experiment": "anon-swap-sharers", "rep": 0, "checks": {"folios": 64}}}
-    assert by_run["anon_unmap=0"] == {"exit": 1, "result": None,
-                                      "errors": [f"anon-swap-sharers: {leak}"]}
+        "result": {"experiment": "anon-unmap-rollback", "rep": 0, "checks": {"a_pages": 32}}}
+    assert by_run["0 0"] == {"exit": 1, "result": None,
+                             "errors": [f"anon-unmap-rollback: {lost}"]}
     assert by_run["old"]["exit"] == 4
     assert by_run["killed"] == {"exit": None, "result": None, "errors": []}
     # over the whole output, each name's last result
-    assert ktap_exits(out) == {"anon-swap-sharers": 4}
+    assert ktap_exits(out) == {"anon-unmap-rollback": 4}
 
 
 def test_a_check_that_died_is_not_ok_among_other_lines():

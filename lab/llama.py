@@ -34,6 +34,7 @@ import tempfile
 from pathlib import Path
 
 from lab import datadisk, paths
+from lab.build import build_lock
 from lab.errors import LabError
 from lab.progress import Progress
 
@@ -99,10 +100,16 @@ def _run(cmd, what, log, **kw):
 
 def build(arch="x86-64"):
     """The static llama-simple for @arch, built once per version (`nice -n
-    10`)."""
+    10`).  A second build waits for the first: `make test` starts one at
+    idle priority beside the tests, one of which needs it."""
     dest = binary(arch)
     if dest.is_file():
         return dest
+    with build_lock(f"llama.cpp-{arch}"):
+        return dest if dest.is_file() else _build(arch, dest)
+
+
+def _build(arch, dest):
     compilers, arch_options = ARCH_OPTIONS[arch]
     for tool in ("cmake", *compilers):
         if not shutil.which(tool):
@@ -231,3 +238,14 @@ def data_disk(quick, arch="x86-64"):
     return datadisk.image(f"llama-{VERSION}{_arch_suffix(arch)}-{MODELS}x{d}d{ff}f{layers}l",
                           populate,
                           what=f"{PROGRAM} and {MODELS} GGUF models")
+
+
+if __name__ == "__main__":
+    # `python3 -m lab.llama [ARCH]`: only the build, for `make test`
+    if sys.argv[2:] or sys.argv[1:2] and sys.argv[1] not in ARCH_OPTIONS:
+        print(f"usage: python3 -m lab.llama [{'|'.join(ARCH_OPTIONS)}]", file=sys.stderr)
+        sys.exit(2)
+    try:
+        build(*sys.argv[1:2])
+    except LabError as e:
+        sys.exit(f"llama.cpp: {e}")

@@ -5,9 +5,10 @@ sizes, swap reached, pages migrated, reclaim happened, hugetlb pages
 allocated, llama.cpp's inferences under reclaim and demotion).  Speed is
 the report's business, not a test's.
 
-llama-tiering builds llama.cpp the first time (about 2.5 minutes on an
-idle 2-core host, then cached by version); its three quick boots take
-about 45 s each.
+llama-tiering needs llama.cpp, built once per version (about 2 minutes on
+an idle 2-core host): `make test` builds it at idle priority beside the
+tests, and the bench waits for that build if it gets there first.  Its
+three quick boots take about 45 s each.
 """
 
 import json

@@ -15,8 +15,18 @@ runs() each run's where one boot runs a program more than once.
 
 import json
 
-from lab import safety_parse, vm
+from lab import build, safety_build, safety_parse, vm
 from lab.errors import LabError
+
+def run_static_selftest(variant, name, script, shape):
+    """Boot @variant with the series' selftest @name built static at
+    /selftests/@name (the same program in the x86 and the arm64 guest, which
+    has no C library), run @script and return the output; a kernel broken
+    on purpose may splat."""
+    layer = safety_build.static_layer([name], build.arch(variant))
+    return vm.run(build.built(variant), script, shape, layers=(layer,),
+                  allow_splats=variant.startswith("broken"), quiet=True).output
+
 
 def command(program, modes, args):
     # every mode runs even if one fails

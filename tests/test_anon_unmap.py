@@ -25,8 +25,8 @@ broken-arm64.
 
 import pytest
 
-from lab import build, safety_build, vm
-from stale_reads import ktap_exits, runs
+from lab import build, vm
+from stale_reads import ktap_exits, run_static_selftest, runs
 
 pytestmark = pytest.mark.vm
 
@@ -129,13 +129,11 @@ PAGEOUT = "a folio swapped out keeps each page's bits"
 SHARERS = "a folio shared past a swap count's limit leaks no count"
 
 
-def run_static_selftest(variant):
-    layer = safety_build.static_layer(["swapout_rollback"], build.arch(variant))
-    command = ("mount -t debugfs none /sys/kernel/debug\n"
-               "/selftests/swapout_rollback\n"
-               "grep anon_unmap_batches_failed /proc/vmstat\n")
-    return vm.run(build.built(variant), command, shape(), layers=(layer,),
-                  allow_splats=variant.startswith("broken"), quiet=True).output
+def run_selftest(variant):
+    return run_static_selftest(variant, "swapout_rollback",
+                               "mount -t debugfs none /sys/kernel/debug\n"
+                               "/selftests/swapout_rollback\n"
+                               "grep anon_unmap_batches_failed /proc/vmstat\n", shape())
 
 
 def failed_batches(output):
@@ -146,7 +144,7 @@ def failed_batches(output):
 
 @pytest.mark.arm64
 def test_the_series_selftest_passes_on_patched_arm64():
-    output = run_static_selftest("patched-arm64")
+    output = run_selftest("patched-arm64")
     assert ktap_exits(output) == {PINNED: 0, PAGEOUT: 0, SHARERS: 0}, output[-3000:]
     # both pinned folios went through the batched path and were put back
     assert failed_batches(output) >= PINNED_FOLIOS, output[-3000:]
@@ -158,7 +156,7 @@ def test_the_series_selftest_catches_the_broken_kernel(variant):
     their PTEs, in a batch that failed, and a normal pageout still passes;
     0003 raises part of a range of swap counts twice: the folios shared
     past a swap count's limit leak counts, and swapoff does not finish."""
-    output = run_static_selftest(variant)
+    output = run_selftest(variant)
     assert ktap_exits(output) == {PINNED: 1, PAGEOUT: 0, SHARERS: 1}, output[-3000:]
     assert "its PTE was lost" in output, output[-3000:]
     assert "a swap count leaked" in output, output[-3000:]

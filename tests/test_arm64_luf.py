@@ -27,8 +27,9 @@ Opt-in like every arm64 guest (`make test-arm64`, or pytest --arm64, after
 
 import pytest
 
-from lab import build, datadisk, luf_hazards, safety, safety_build, vm
-from stale_reads import command, ktap_exits, poke, run_clean, run_to_violation, violations
+from lab import build, datadisk, luf_hazards, safety, vm
+from stale_reads import (command, ktap_exits, poke, run_clean, run_static_selftest,
+                         run_to_violation, violations)
 
 pytestmark = [pytest.mark.vm, pytest.mark.arm64]
 
@@ -152,10 +153,8 @@ def run_selftest(variant):
     # clean pages (on the initramfs they would go to swap)
     shape = vm.VMShape(cpus=2, mem="1G", node1="512M", zram="256M", timeout=600,
                        append="unflush.scratch=64M")
-    layer = safety_build.static_layer(["stale_tlb"], "arm64")
-    return vm.run(build.built(variant), "TMPDIR=/scratch /selftests/stale_tlb",
-                  shape, layers=(layer,), allow_splats=variant.startswith("broken"),
-                  quiet=True).output
+    return run_static_selftest(variant, "stale_tlb", "TMPDIR=/scratch /selftests/stale_tlb",
+                               shape)
 
 
 def test_the_series_selftest_passes_on_patched_arm64():

@@ -21,8 +21,8 @@ patches/testing/0003 takes out that refusal.
 
 import pytest
 
-from lab import build, safety_build, vm
-from stale_reads import ktap_exits
+from lab import vm
+from stale_reads import ktap_exits, run_static_selftest
 
 pytestmark = pytest.mark.vm
 
@@ -31,7 +31,10 @@ SHARERS = "a folio shared past a swap count's limit leaks no count"
 # every mapping of every page became a swap entry: 16 pages of each of the
 # 64 folios in 61 processes, 15 in the 20 that unmapped page 0
 MAPPINGS = 64 * (16 * 61 + 15 * 20)
-COUNTERS = ("nr_tlb_anon_unmap_ptes_batched", "nr_tlb_anon_unmap_ptes_single")
+COUNTERS = ("nr_tlb_anon_unmap_ptes_batched", "nr_tlb_anon_unmap_ptes_single",
+            "nr_tlb_anon_unmap_batches_failed")
+# the selftest's pinned test fails one batch in each of its two folios
+PINNED_FOLIOS = 2
 
 
 def shape():
@@ -65,9 +68,7 @@ def parts(output):
 
 
 def run(variant, values):
-    layer = safety_build.static_layer(["swapout_rollback"], build.arch(variant))
-    return parts(vm.run(build.built(variant), script(values), shape(), layers=(layer,),
-                        quiet=True).output)
+    return parts(run_static_selftest(variant, "swapout_rollback", script(values), shape()))
 
 
 def test_shared_beyond_swap_map_max_on_patched():
@@ -81,6 +82,9 @@ def test_shared_beyond_swap_map_max_on_patched():
     # of each folio that swap_duplicate_nr() refused when its entries
     # reached SWAP_MAP_MAX and raised entry by entry; off: none did
     assert on["nr_tlb_anon_unmap_ptes_batched"] >= MAPPINGS, on
+    # ... and none of the sharers' batches failed: the only failed ones are
+    # the pinned test's
+    assert on["nr_tlb_anon_unmap_batches_failed"] == PINNED_FOLIOS, on
     assert off["nr_tlb_anon_unmap_ptes_batched"] == 0, off
     assert off["nr_tlb_anon_unmap_ptes_single"] >= MAPPINGS, off
 

@@ -98,6 +98,10 @@ CATEGORIES = [
     Category("mkdirty", 60, "PTE/PMD dirtying in read-only VMAs"),
     Category("stale_tlb", 120, "the series' selftest: reads through TLB entries that "
              "reclaim, swap-out or migration should have flushed"),
+    # skips where there is no LUF (vanilla); its trials need /scratch
+    Category("luf_hazards", 180, "the series' selftest: a page LUF unmapped "
+             "without a flush is changed (COW, a write, O_DIRECT, truncation, a new "
+             "mapping) and a CPU with the old translation must see it"),
     # 17 s on patched; a leaked swap count makes its swapoff wait 20 s more
     Category("swapout_rollback", 120, "the series' selftest: a failed batched swap-out "
              "puts every PTE back with its own bits, a folio shared past a swap "
@@ -118,7 +122,7 @@ CATEGORIES = [
 QUICK_CATEGORIES = ["mmap", "gup_test", "compaction", "mlock", "process_mrelease",
                     "mremap", "madv_populate", "memfd_secret", "ksm_numa",
                     "soft_dirty", "pagemap", "cow", "thp", "migration", "mkdirty",
-                    "stale_tlb", "swapout_rollback"]
+                    "stale_tlb", "luf_hazards", "swapout_rollback"]
 SOAK_CATEGORIES = [c.name for c in CATEGORIES]
 
 

@@ -18,14 +18,17 @@ import json
 from lab import build, safety_build, safety_parse, vm
 from lab.errors import LabError
 
-def run_static_selftest(variant, name, script, shape):
+def run_static_selftest(variant, name, script, shape, allow_splats=None):
     """Boot @variant with the series' selftest @name built static at
     /selftests/@name (the same program in the x86 and the arm64 guest, which
     has no C library), run @script and return the output; a kernel broken
-    on purpose may splat."""
+    on purpose may splat (and the debug kernel, with @allow_splats, when a
+    test switches its rules off)."""
     layer = safety_build.static_layer([name], build.arch(variant))
+    if allow_splats is None:
+        allow_splats = variant.startswith("broken")
     return vm.run(build.built(variant), script, shape, layers=(layer,),
-                  allow_splats=variant.startswith("broken"), quiet=True).output
+                  allow_splats=allow_splats, quiet=True).output
 
 
 def command(program, modes, args):

@@ -167,3 +167,17 @@ def test_the_series_selftest_catches_broken_arm64():
     assert ktap_exits(output) == dict.fromkeys(SELFTEST_TESTS, 1), output[-3000:]
     assert "another process's canary" in output, output[-3000:]
 
+
+
+# The series' selftest of LUF's rules (tools/testing/selftests/mm/
+# luf_hazards.c), built static for arm64: every test passes on
+# patched-arm64, each counting at least half its trials (lazy, the reader
+# not preempted).  tests/test_luf.py shows it failing with the rules off.
+LUF_SELFTEST_TESTS = ["cow", "force", "write", "dio", "truncate", "remap"]
+
+
+def test_the_series_luf_selftest_passes_on_patched_arm64():
+    output = run_static_selftest("patched-arm64", "luf_hazards",
+                                 "TMPDIR=/scratch /selftests/luf_hazards -t 30",
+                                 luf_hazards.shape(["cow"], timeout=600))
+    assert ktap_exits(output) == dict.fromkeys(LUF_SELFTEST_TESTS, 0), output[-3000:]

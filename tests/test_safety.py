@@ -579,6 +579,28 @@ def test_the_series_selftests_pass_everywhere(quick_run, name):
         assert skipped == [], (variant, skipped)
 
 
+# luf_hazards' six tests, each a way of changing a page LUF took away
+LUF_SELFTEST_TESTS = 6
+
+
+@pytest.mark.vm
+def test_the_series_luf_selftest_runs_where_there_is_luf(quick_run):
+    """luf_hazards passed every test on the kernels with LUF, none skipped
+    (each counted at least half its trials: lazy, the reader not
+    preempted); elsewhere it skipped whole, saying why (tests/test_luf.py
+    shows it failing on the debug kernel with the rules off)."""
+    for variant, entry in quick_run.items():
+        st = entry["selftests"]
+        if variant in safety.LUF_KERNELS:
+            assert "luf_hazards" in st["passed"], (variant, st["failed"], st["skipped"])
+            skipped = [s for s in st["subtests"]["skipped"]
+                       if s["name"].startswith("luf_hazards")]
+            assert skipped == [], (variant, skipped)
+        else:
+            (skip,) = [s for s in st["skipped"] if s["name"] == "luf_hazards"]
+            assert "no LUF" in skip["reason"], (variant, skip)
+
+
 def test_tr_shim_draws_run_vmtests_rules(tmp_path):
     """run_vmtests.sh's `tr "[:graph:][:space:]" -` through the guest's
     busybox: every character becomes a dash, and other uses pass through."""

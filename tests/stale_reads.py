@@ -18,6 +18,10 @@ import json
 from lab import build, safety_build, safety_parse, vm
 from lab.errors import LabError
 
+# The tests of the series' selftest of LUF's rules (luf_hazards.c), in order
+LUF_SELFTEST_TESTS = ("cow", "force", "write", "dio", "truncate", "remap")
+
+
 def run_static_selftest(variant, name, script, shape, allow_splats=None):
     """Boot @variant with the series' selftest @name built static at
     /selftests/@name (the same program in the x86 and the arm64 guest, which

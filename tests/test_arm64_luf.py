@@ -28,8 +28,8 @@ Opt-in like every arm64 guest (`make test-arm64`, or pytest --arm64, after
 import pytest
 
 from lab import build, datadisk, luf_hazards, safety, vm
-from stale_reads import (command, ktap_exits, poke, run_clean, run_static_selftest,
-                         run_to_violation, violations)
+from stale_reads import (LUF_SELFTEST_TESTS, command, ktap_exits, poke, run_clean,
+                         run_static_selftest, run_to_violation, violations)
 
 pytestmark = [pytest.mark.vm, pytest.mark.arm64]
 
@@ -168,12 +168,10 @@ def test_the_series_selftest_catches_broken_arm64():
     assert "another process's canary" in output, output[-3000:]
 
 
-
 # The series' selftest of LUF's rules (tools/testing/selftests/mm/
 # luf_hazards.c), built static for arm64: every test passes on
 # patched-arm64, each counting at least half its trials (lazy, the reader
 # not preempted).  tests/test_luf.py shows it failing with the rules off.
-LUF_SELFTEST_TESTS = ["cow", "force", "write", "dio", "truncate", "remap"]
 
 
 def test_the_series_luf_selftest_passes_on_patched_arm64():

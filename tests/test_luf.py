@@ -41,8 +41,8 @@ import pytest
 
 from lab import build, luf_hazards, vm
 from lab.errors import LabError
-from stale_reads import (command, exits, ktap_exits, records, run_clean,
-                         run_static_selftest, run_to_violation, violations)
+from stale_reads import (LUF_SELFTEST_TESTS, command, exits, ktap_exits, records,
+                         run_clean, run_static_selftest, run_to_violation, violations)
 
 pytestmark = pytest.mark.vm
 
@@ -282,7 +282,6 @@ def test_every_mode_passes_on_the_debug_kernel_without_warnings(modes):
 # and with R3, R4 and R6 off (R1's loss may kill the guest; R5's bit does
 # not reach remap's flush), failing where test_mode_fails_without_its_rule
 # fails, passing where STILL_FLUSHED says the mm is flushed anyway.
-SELFTEST_TESTS = ("cow", "force", "write", "dio", "truncate", "remap")
 SELFTEST_RULES_OFF = R3 | R4 | R6
 SELFTEST_TRIALS = 50
 
@@ -298,11 +297,11 @@ def luf_selftest(disable_rules):
 
 def test_the_series_selftest_passes_on_the_debug_kernel():
     output = luf_selftest(0)
-    assert ktap_exits(output) == dict.fromkeys(SELFTEST_TESTS, 0), output[-3000:]
+    assert ktap_exits(output) == dict.fromkeys(LUF_SELFTEST_TESTS, 0), output[-3000:]
 
 
 def test_the_series_selftest_fails_without_the_rules():
     output = luf_selftest(SELFTEST_RULES_OFF)
-    want = {m: 0 if m in STILL_FLUSHED else 1 for m in SELFTEST_TESTS}
+    want = {m: 0 if m in STILL_FLUSHED else 1 for m in LUF_SELFTEST_TESTS}
     assert ktap_exits(output) == want, output[-3000:]
     assert "after the change, the bytes from before it" in output, output[-3000:]

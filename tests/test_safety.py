@@ -579,10 +579,6 @@ def test_the_series_selftests_pass_everywhere(quick_run, name):
         assert skipped == [], (variant, skipped)
 
 
-# luf_hazards' six tests, each a way of changing a page LUF took away
-LUF_SELFTEST_TESTS = 6
-
-
 @pytest.mark.vm
 def test_the_series_luf_selftest_runs_where_there_is_luf(quick_run):
     """luf_hazards passed every test on the kernels with LUF, none skipped

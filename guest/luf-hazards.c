@@ -11,26 +11,19 @@
  * stops being true.  Each mode breaks the second half (or, in reuse, the
  * first) right after a lazy take-away and checks that the reader, pinned
  * alone on the last CPU and reading all along through its old translation,
- * sees the change:
+ * sees the change.
  *
- *   cow       R3: a MAP_PRIVATE, PROT_READ|PROT_WRITE mapping, read-faulted;
- *             main writes new data to the page (a COW fault into a none PTE
- *             installs a writable PTE to a new anonymous copy);
- *   force     R3: as cow, but PROT_READ only, and main writes through
- *             /proc/self/mem, as a debugger pokes: a FOLL_FORCE write fault
- *             into the none PTE, where do_cow_fault() installs the new
- *             anonymous copy dirty but read-only (no VM_WRITE), and GUP
- *             writes the data into it through the kernel's mapping: no
- *             writable PTE ever appears in the mm;
- *   write     R4: the helper process opens the file for writing and
- *             pwrite()s new data over the page;
- *   dio       R4 and R6: as write, but with O_DIRECT: the new data goes
- *             to the disk and no page-cache folio is dirtied.  The open
- *             is R4's; with R4 switched off (--disable-rules 4, a debug
- *             kernel) only R6's check in invalidate_inode_pages2_range(),
- *             which the direct write calls before it writes, stands in
- *             the way, so this is the mode that tests R6 alone;
- *   bdev      R4: as write, but the helper writes the file's blocks
+ * The series' selftest luf_hazards (tools/testing/selftests/mm) attacks the
+ * rules six ways that need nothing but a file on disk: a COW write, a write
+ * through /proc/self/mem, a buffered and a direct write, a truncation and a
+ * new mapping.  The modes here are the rest: the bdev modes write a mounted
+ * filesystem's blocks through its device and mount it again, which a
+ * selftest must not do to the machine it runs on; the anonymous modes need
+ * swap, demote and compact a CPU-less node in a lower memory tier; and the
+ * canary of the reuse modes gets the released pages only where nothing
+ * else allocates, as in the lab's guest:
+ *
+ *   bdev      R4: the helper writes new data over the file's blocks
  *             through the block device under its filesystem (FIBMAP
  *             finds them), opened O_DIRECT after the take-away: nobody
  *             opens the file, and the file's page cache is not touched.
@@ -50,10 +43,6 @@
  *             mount the filesystem again after each trial (and once before
  *             the first), so that each trial begins on a device unwritten
  *             since its mount;
- *   truncate  R4 and R6: the helper truncates the file below the page
- *             (truncate(2) on the path); the reader must get SIGBUS;
- *   remap     R5 (6.12's flush_tlb_batched_pending()): main maps another
- *             file at the same address with MAP_FIXED;
  *   reuse     R1: stale-tlb's attack; the helper makes LUF release the held
  *             pages (the switch off and on: flush, then free on its CPU)
  *             and fills fresh pages with a canary, which gets them;
@@ -95,8 +84,8 @@
  *             alone with vm.compact_unevictable_allowed at 0), every other
  *             run of 32, so that the trial's page is the one thing it moves.
  *
- * After main says "done", the reader must see the new data (SIGBUS in
- * truncate, never the canary in reuse and demote); the old bytes are a
+ * After main says "done", the reader must see the new data (never the
+ * canary in the reuse, demote and compact modes); the old bytes are a
  * violation, printed at once.  A trial counts only if the take-away was
  * lazy: nr_tlb_luf_folios moved by the trial's pages (in demote, also every
  * page now on the lower node).  The reader, the helper and the trial's
@@ -128,15 +117,15 @@
 #include "unflush.h"
 
 static const char usage[] =
-"usage: luf-hazards cow|force|write|dio|bdev|bdev-closed|truncate|remap|\n"
-"                   reuse|demote|anon-write|anon-force|anon-reuse|anon-move|\n"
-"                   anon-demote|compact\n"
+"usage: luf-hazards bdev|bdev-closed|reuse|demote|anon-write|anon-force|\n"
+"                   anon-reuse|anon-move|anon-demote|compact\n"
 "                   [--trials N]\n"
 "                   [--pages N] [--dir DIR] [--linger N] [--disable-rules MASK]\n"
 "                   [--keep-going] [--quick]\n"
 "\n"
 "Attacks the hazard rules of LUF, the lazy unmap flush\n"
-"(Documentation/mm/luf.rst in the kernel).\n"
+"(Documentation/mm/luf.rst in the kernel) that the kernel's selftest\n"
+"luf_hazards (tools/testing/selftests/mm) does not.\n"
 "A reader thread pinned alone on the last CPU keeps reading a file's pages\n"
 "through a fresh mapping.  A helper process on the first CPU takes them away\n"
 "with process_madvise(MADV_PAGEOUT) (demote: memory.reclaim); LUF leaves the\n"
@@ -144,15 +133,6 @@ static const char usage[] =
 "would give, says \"done\", and the reader must see the change.\n"
 "\n"
 "modes (the rule each attacks):\n"
-"  cow          R3: MAP_PRIVATE, PROT_READ|PROT_WRITE, read-faulted; main\n"
-"               writes new data (COW fault into a none PTE)\n"
-"  force        R3: MAP_PRIVATE, PROT_READ only; main writes new data\n"
-"               through /proc/self/mem (a FOLL_FORCE write fault: the new\n"
-"               copy is mapped dirty but read-only) and reads it back\n"
-"  write        R4: MAP_SHARED, PROT_READ; the helper opens the file for\n"
-"               writing and pwrite()s new data over the pages\n"
-"  dio          R4, R6: as write, with O_DIRECT (no page-cache folio is\n"
-"               dirtied); with R4 off (--disable-rules 4) R6 alone flushes\n"
 "  bdev         R4: MAP_SHARED, PROT_READ; the helper opens the block\n"
 "               device under the file's filesystem (O_DIRECT, after the\n"
 "               take-away; made in /dev if missing) and writes new data\n"
@@ -167,10 +147,6 @@ static const char usage[] =
 "               data the file reads back.  Both bdev modes unmount and\n"
 "               mount the filesystem of --dir again before the first trial\n"
 "               and after each one (nothing else may be using it)\n"
-"  truncate     R4, R6: MAP_SHARED, PROT_READ; the helper truncates the file\n"
-"               below the pages: the reader must get SIGBUS\n"
-"  remap        R5: MAP_SHARED, PROT_READ; main maps another file at the same\n"
-"               address (MAP_FIXED)\n"
 "  reuse        R1: the helper releases the held pages (the luf switch off\n"
 "               and on) and fills fresh pages with a canary, which gets them\n"
 "               (PFNs); the reader must never see it\n"
@@ -238,7 +214,7 @@ static const char usage[] =
 "violation is printed at once as 'UNFLUSH-VIOLATION {json}' (kind old: the\n"
 "bytes from before the take-away; canary; foreign: anything else); at the\n"
 "end one UNFLUSH-RESULT line, experiment luf-hazards/<mode>, with trials,\n"
-"violations, rule, disable_rules, sigbus_reads and the first violations;\n"
+"violations, rule, disable_rules and the first violations;\n"
 "checks: attempts, missed_trials, lazy_trials, disturbed_trials,\n"
 "luf_folios, taken_pages, reused_pages, expected_pages (the demote modes: also\n"
 "demoted_pages: demote, pages found on the lower node after the take-away;\n"
@@ -289,21 +265,14 @@ struct uffdio_move {
 #endif
 #define NEW_MAGIC	0x4E3E3000ULL	/* high 32 bits of word 0 of new data */
 
-enum mode { COW, FORCE, WRITE, DIO, BDEV, BDEV_CLOSED, TRUNCATE, REMAP,
-	    REUSE, DEMOTE, ANON_WRITE, ANON_FORCE, ANON_REUSE, ANON_MOVE,
-	    ANON_DEMOTE, COMPACT };
+enum mode { BDEV, BDEV_CLOSED, REUSE, DEMOTE, ANON_WRITE, ANON_FORCE,
+	    ANON_REUSE, ANON_MOVE, ANON_DEMOTE, COMPACT };
 static const struct {
 	const char *rule;
 	enum after_done after;
 } modes[] = {
-	[COW]      = { "R3",    AFTER_NEW },
-	[FORCE]    = { "R3",    AFTER_NEW },
-	[WRITE]    = { "R4",    AFTER_NEW },
-	[DIO]      = { "R4,R6", AFTER_NEW },
 	[BDEV]     = { "R4",    AFTER_NEW },
 	[BDEV_CLOSED] = { "R4", AFTER_NEW },
-	[TRUNCATE] = { "R4,R6", AFTER_SIGBUS },
-	[REMAP]    = { "R5",    AFTER_NEW },
 	[REUSE]    = { "R1",    AFTER_SAME },
 	[DEMOTE]   = { "R1",    AFTER_SAME },
 	[ANON_WRITE] = { "R3",  AFTER_NEW },
@@ -313,12 +282,12 @@ static const struct {
 	[ANON_DEMOTE] = { "R1", AFTER_SAME },
 	[COMPACT]  = { "R1",    AFTER_SAME },
 };
-enum op { OP_TAKE = 1, OP_WRITE, OP_DIO, OP_BDEV, OP_BDEV_WRITE,
-	  OP_BDEV_CHECK, OP_TRUNCATE, OP_REUSE, OP_DROP };
+enum op { OP_TAKE = 1, OP_BDEV, OP_BDEV_WRITE, OP_BDEV_CHECK, OP_REUSE,
+	  OP_DROP };
 
 static enum mode mode;
 static int lower_node = -1;	/* demote, compact: the CPU-less node */
-static int mem_fd = -1;		/* force modes: /proc/self/mem, read-write */
+static int mem_fd = -1;		/* anon-force: /proc/self/mem, read-write */
 /* bdev: the block device under the file's filesystem, its blocks' size */
 static char bdev_path[64], bdev_made[64], fs_type[32];
 static int fs_block;
@@ -349,12 +318,6 @@ static bool anon_mode(void)
 	       mode == ANON_MOVE || mode == ANON_DEMOTE;
 }
 
-/* the modes whose main writes through /proc/self/mem */
-static bool force_mode(void)
-{
-	return mode == FORCE || mode == ANON_FORCE;
-}
-
 /* the modes that write the file's blocks through its block device */
 static bool bdev_mode(void)
 {
@@ -378,7 +341,7 @@ struct run {
 	long trials, linger, slots;
 	int npages;
 	bool keep_going;
-	struct testfile a, b;		/* b: remap's other file */
+	struct testfile a;
 	struct fresh_va va;
 	uintptr_t *anon_va;		/* anon modes: each slot's pages */
 	uintptr_t move_dst;		/* anon-move: where UFFDIO_MOVE puts them */
@@ -390,13 +353,12 @@ struct run {
 	long refused;			/* bdev-closed: trials not made lazy */
 };
 
-static char made[2][sizeof(ctl->path)];
+static char made[sizeof(ctl->path)];
 
-static void remove_files(void)
+static void remove_file(void)
 {
-	for (int i = 0; i < 2; i++)
-		if (made[i][0])
-			unlink(made[i]);
+	if (made[0])
+		unlink(made);
 }
 
 static void fill_page(uint64_t *q, uint64_t index, const uint64_t *tag)
@@ -407,33 +369,6 @@ static void fill_page(uint64_t *q, uint64_t index, const uint64_t *tag)
 }
 
 /* --- the helper's commands ------------------------------------------------- */
-
-/*
- * write and dio: new data over the trial's pages, through a file opened to
- * write; dio's bypasses the page cache (O_DIRECT: the buffer, offset and
- * length are whole pages)
- */
-static void helper_write(bool direct)
-{
-	static uint64_t buf[TRIAL_MAX_PAGES][PAGE_WORDS]
-		__attribute__((aligned(PAGE_SIZE_4K)));
-	size_t len = ctl->npages * PAGE_SIZE_4K;
-	int fd;
-
-	for (int i = 0; i < ctl->npages; i++)
-		fill_page(buf[i], ctl->new.index[i], ctl->new.tag);
-	fd = open(ctl->path, O_WRONLY | (direct ? O_DIRECT : 0));
-	if (fd < 0) {
-		helper_fail("cannot open %s for writing: %s", ctl->path,
-			    strerror(errno));
-		return;
-	}
-	/* written back here, not later by a flusher thread on any CPU */
-	if (pwrite(fd, buf, len, ctl->length) != (ssize_t)len ||
-	    fdatasync(fd))
-		helper_fail("cannot write %s: %s", ctl->path, strerror(errno));
-	close(fd);
-}
 
 /*
  * The bdev modes: the helper's own descriptor of the test file, opened for
@@ -550,10 +485,6 @@ static void helper_op(int op)
 	case OP_TAKE:
 		helper_take_away();
 		break;
-	case OP_WRITE:
-	case OP_DIO:
-		helper_write(op == OP_DIO);
-		break;
 	case OP_BDEV:		/* bdev: after the take-away */
 		helper_bdev_write();
 		if (!ctl->error[0])
@@ -564,11 +495,6 @@ static void helper_op(int op)
 		break;
 	case OP_BDEV_CHECK:	/* bdev-closed: after it */
 		helper_bdev_check();
-		break;
-	case OP_TRUNCATE:
-		if (truncate(ctl->path, ctl->length))
-			helper_fail("truncate %s: %s", ctl->path,
-				    strerror(errno));
 		break;
 	case OP_REUSE:
 		helper_reuse_trial();
@@ -746,16 +672,30 @@ static void move_setup(struct run *r)
 	r->move_dst = (uintptr_t)dst;
 }
 
-/* anon-move: the trial's swap entries go from @va to their target */
+/*
+ * anon-move: the trial's swap entries go from @va to their target.  A
+ * move that stops short fails with EAGAIN and says in .move how far it
+ * got (userfaultfd_move()), for instance where a page was between states
+ * for a moment (the reader may fault it in from swap once R5 flushed its
+ * stale entry): seen once in 4 pages on the debug kernel.  The rest is
+ * moved again; any other error, or no progress, is fatal.
+ */
 static void move_away(struct run *r, uintptr_t va, long region)
 {
-	size_t len = r->npages * PAGE_SIZE_4K;
-	struct uffdio_move mv = { .dst = r->move_dst + region * len,
-				  .src = va, .len = len };
+	size_t len = r->npages * PAGE_SIZE_4K, moved = 0;
+	struct uffdio_move mv;
 
-	if (ioctl(r->uffd, UFFDIO_MOVE, &mv) || mv.move != (__s64)len)
-		die(1, "UFFDIO_MOVE of trial pages: %s (moved %lld of %zu bytes)",
-		    strerror(errno), (long long)mv.move, len);
+	for (int tries = 0; moved < len; tries++) {
+		mv = (struct uffdio_move){ .dst = r->move_dst + region * len + moved,
+					   .src = va + moved, .len = len - moved };
+		if (!ioctl(r->uffd, UFFDIO_MOVE, &mv))
+			return;
+		if (errno != EAGAIN || mv.move <= 0 || tries == 100)
+			break;
+		moved += mv.move;
+	}
+	die(1, "UFFDIO_MOVE of trial pages: %s (moved %zu of %zu bytes, then %lld)",
+	    strerror(errno), moved, len, (long long)mv.move);
 }
 
 /*
@@ -920,7 +860,7 @@ static void compact_setup(void)
 }
 
 /*
- * force modes: /proc/self/mem, opened once, before the reader starts; each
+ * anon-force: /proc/self/mem, opened once, before the reader starts; each
  * trial's write then goes through it with FOLL_FORCE (CONFIG_PROC_MEM's
  * default, "always")
  */
@@ -1039,16 +979,13 @@ static void set_rules(const char *mask)
 
 /* --- the trials ------------------------------------------------------------ */
 
-/* Map @f's pages from @region at @va, as the mode wants them. */
+/* Map @f's pages from @region at @va, shared and read-only. */
 static void map_region(struct run *r, uintptr_t va, struct testfile *f,
 		       long region)
 {
 	size_t len = r->npages * PAGE_SIZE_4K;
-	bool cow = mode == COW;
 
-	/* force: private (a write copies), but never writable */
-	if (mmap((void *)va, len, PROT_READ | (cow ? PROT_WRITE : 0),
-		 (cow || mode == FORCE ? MAP_PRIVATE : MAP_SHARED) | MAP_FIXED,
+	if (mmap((void *)va, len, PROT_READ, MAP_SHARED | MAP_FIXED,
 		 f->fd, region * len) == MAP_FAILED)
 		die(1, "mmap of %s: %s", f->path, strerror(errno));
 	/* no readahead around faults, neither here nor in the reader */
@@ -1080,7 +1017,7 @@ static int pages_on_lower_node(uintptr_t va, int npages)
 }
 
 /*
- * force modes: the new data over the trial's pages through /proc/self/mem,
+ * anon-force: the new data over the trial's pages through /proc/self/mem,
  * as a debugger writes to read-only memory; then main reads them back
  * through its own mapping (its CPU flushed this mm's TLB entries on its way
  * back from the helper's take-away)
@@ -1110,36 +1047,22 @@ static void hazard(struct run *r, uintptr_t va, long region)
 	case ANON_WRITE:
 		/*
 		 * main's swap entries become its last: the swap-in is its
-		 * own; then main writes, as in cow
+		 * own; then main writes to it, and the swap-in maps it
+		 * writable
 		 */
 		helper_command(OP_DROP);
-		/* fall through */
-	case COW:
 		for (int i = 0; i < r->npages; i++)
 			fill_page((uint64_t *)(va + i * PAGE_SIZE_4K),
 				  ctl->new.index[i], ctl->new.tag);
 		break;
-	case FORCE:
 	case ANON_FORCE:
 		force_write(r, va);
-		break;
-	case WRITE:
-		helper_command(OP_WRITE);
-		break;
-	case DIO:
-		helper_command(OP_DIO);
 		break;
 	case BDEV:
 		helper_command(OP_BDEV);
 		break;
 	case BDEV_CLOSED:
 		helper_command(OP_BDEV_CHECK);
-		break;
-	case TRUNCATE:
-		helper_command(OP_TRUNCATE);
-		break;
-	case REMAP:
-		map_region(r, va, &r->b, region);
 		break;
 	case ANON_MOVE:
 		move_away(r, va, region);
@@ -1167,8 +1090,7 @@ static void hazard(struct run *r, uintptr_t va, long region)
 static void one_trial(struct run *r)
 {
 	long t = ++r->attempts;
-	/* truncate cuts the file from its end: each trial takes the last region */
-	long region = mode == TRUNCATE ? r->slots - t : t - 1;
+	long region = t - 1;
 	uintptr_t va = anon_mode() ? r->anon_va[region] :
 		(uintptr_t)fresh_va(&r->va, r->npages * PAGE_SIZE_4K,
 				    PAGE_SIZE_4K, t);
@@ -1179,9 +1101,7 @@ static void one_trial(struct run *r)
 
 	ctl->length = region * r->npages * PAGE_SIZE_4K;
 	file_image(&ctl->old, &r->a, region, r->npages);
-	if (mode == REMAP) {
-		file_image(&ctl->new, &r->b, region, r->npages);
-	} else if (mode == ANON_MOVE) {
+	if (mode == ANON_MOVE) {
 		/* the address is none now: a read fault maps the zero page */
 		memset(&ctl->new, 0, sizeof(ctl->new));
 	} else {
@@ -1343,9 +1263,9 @@ static void own_arg(int i, char *value)
 int main(int argc, char **argv)
 {
 	static const char *const names[] = {
-		"cow", "force", "write", "dio", "bdev", "bdev-closed",
-		"truncate", "remap", "reuse", "demote", "anon-write", "anon-force", "anon-reuse",
-		"anon-move", "anon-demote", "compact", NULL };
+		"bdev", "bdev-closed", "reuse", "demote", "anon-write",
+		"anon-force", "anon-reuse", "anon-move", "anon-demote", "compact",
+		NULL };
 	static const char *const own[] = { "dir", "disable-rules", NULL };
 	struct attack_args args = {
 		.usage = usage, .modes = names, .own = own, .own_arg = own_arg };
@@ -1409,8 +1329,7 @@ int main(int argc, char **argv)
 	if (anon_mode())
 		require_swap(r.slots * r.npages * PAGE_SIZE_4K);
 	else
-		check_dir(dir, (mode == REMAP ? 2 : 1) * r.slots * r.npages *
-			  PAGE_SIZE_4K);
+		check_dir(dir, r.slots * r.npages * PAGE_SIZE_4K);
 
 	pin_main(main_cpu);
 	if (demote_mode())
@@ -1451,15 +1370,13 @@ int main(int argc, char **argv)
 		if (mode == ANON_MOVE)
 			move_setup(&r);
 	} else {
-		cleanup_push_fn(remove_files);
-		make_file(&r.a, made[0], dir, 'a', r.slots * r.npages);
-		if (mode == REMAP)
-			make_file(&r.b, made[1], dir, 'b', r.slots * r.npages);
+		cleanup_push_fn(remove_file);
+		make_file(&r.a, made, dir, 'a', r.slots * r.npages);
 		if (bdev_mode())
 			bdev_setup(&r.a);
 	}
 	snprintf(ctl->path, sizeof(ctl->path), "%s", r.a.path);
-	if (force_mode())
+	if (mode == ANON_FORCE)
 		force_setup();
 
 	/*
@@ -1507,7 +1424,6 @@ int main(int argc, char **argv)
 	attack_fields(&extra, r.done, r.npages, r.linger, r.a.path);
 	field_str(&extra, "rule", modes[mode].rule);
 	field_int(&extra, "disable_rules", mask[0] ? strtol(mask, NULL, 10) : 0);
-	field_int(&extra, "sigbus_reads", atomic_load(&ctl->sigbus_reads));
 	field_int(&checks, "attempts", r.attempts);
 	field_int(&checks, "missed_trials", r.missed);
 	field_int(&checks, "lazy_trials", r.done - r.refused + r.disturbed);

@@ -2,16 +2,22 @@
 
 Each mode takes pages away lazily (LUF) and then makes a fresh translation
 give other bytes; the reader must see the change (tests/test_luf.py says
-what each one does).  The modes share a guest by what they need, one boot
-per group; tests/test_luf.py and the safety suite's luf-hazards part run
-them the same way.
+what each one does).  They are the hazards the series' selftest,
+luf_hazards in tools/testing/selftests/mm (SELFTEST_TESTS), leaves to the
+lab: those that write a mounted filesystem's device, or need swap, a
+CPU-less node or a quiet machine.  The modes share a guest by what they
+need, one boot per group; tests/test_luf.py and the safety suite's
+luf-hazards part run them the same way, and the selftest in the guest of
+the file modes.
 """
 
 from lab import vm
 
-MODES = ("cow", "force", "write", "dio", "bdev", "bdev-closed", "truncate",
-         "remap", "reuse", "demote", "anon-write", "anon-force", "anon-reuse", "anon-move",
-         "anon-demote", "compact")
+MODES = ("bdev", "bdev-closed", "reuse", "demote", "anon-write", "anon-force",
+         "anon-reuse", "anon-move", "anon-demote", "compact")
+# the tests of the series' selftest of LUF's rules (luf_hazards.c), in order
+SELFTEST_TESTS = ("cow", "force", "write", "dio", "truncate", "remap")
+SELFTEST_PAGES = 4      # a trial's pages there (NR_PAGES)
 # modes whose every trial a correct kernel refuses to make lazy (the
 # device had a writer since its mount): they pass by refusing, with no
 # folio unmapped lazily

@@ -14,25 +14,114 @@ runs() each run's where one boot runs a program more than once.
 """
 
 import json
+import re
 
-from lab import build, safety_build, safety_parse, vm
+from lab import build, luf_hazards, safety_build, safety_parse, vm
 from lab.errors import LabError
 
-# The tests of the series' selftest of LUF's rules (luf_hazards.c), in order
-LUF_SELFTEST_TESTS = ("cow", "force", "write", "dio", "truncate", "remap")
 
-
-def run_static_selftest(variant, name, script, shape, allow_splats=None):
+def run_static_selftest(variant, name, script, shape, allow_splats=None, logdir=None):
     """Boot @variant with the series' selftest @name built static at
     /selftests/@name (the same program in the x86 and the arm64 guest, which
     has no C library), run @script and return the output; a kernel broken
     on purpose may splat (and the debug kernel, with @allow_splats, when a
-    test switches its rules off)."""
+    test switches its rules off).  The console log goes to @logdir if given."""
     layer = safety_build.static_layer([name], build.arch(variant))
     if allow_splats is None:
         allow_splats = variant.startswith("broken")
     return vm.run(build.built(variant), script, shape, layers=(layer,),
-                  allow_splats=allow_splats, quiet=True).output
+                  allow_splats=allow_splats, quiet=True, logdir=logdir).output
+
+
+# --- the series' selftest of LUF's rules, luf_hazards ---------------------------
+
+def luf_selftest_script(args, disable_rules=0):
+    """A guest script that runs luf_hazards @args (e.g. `-m cow -t 50`) on
+    /scratch, with the debug kernel's rules in the mask @disable_rules off."""
+    lines = []
+    if disable_rules:
+        lines += ["mount -t debugfs none /sys/kernel/debug",
+                  f"echo {disable_rules} >/sys/kernel/debug/luf/disable_rules"]
+    lines.append(f"TMPDIR=/scratch /selftests/luf_hazards {args}")
+    return "\n".join(lines) + "\n"
+
+
+def run_luf_selftest(variant, args, disable_rules=0, logdir=None, timeout=900):
+    """luf_hazards @args on @variant (static); its output.  Splats are
+    allowed where rules are off, for the checker is meant to warn."""
+    return run_static_selftest(variant, "luf_hazards",
+                               luf_selftest_script(args, disable_rules),
+                               luf_hazards.shape(luf_hazards.SELFTEST_TESTS, timeout=timeout),
+                               allow_splats=bool(disable_rules), logdir=logdir)
+
+
+# What luf_hazards says of each test before its result, under any number of
+# KTAP prefixes (run_vmtests.sh adds one)
+COUNTED = re.compile(r"^(?:# )+(\S+): (\d+) trials counted, (\d+) not lazy, "
+                     r"(\d+) preempted$")
+MOVED = re.compile(r"^(?:# )+(\S+): vmstat:((?: \S+ [+-]\d+)*)(?: nothing moved)?$")
+
+
+def luf_selftest_report(output):
+    """Each luf_hazards test's own report, by name: trials `counted` (a
+    test that stopped at a violation says none) and the LUF counters it
+    moved, `vmstat` {name: delta}."""
+    out = {}
+    for ln in output.splitlines():
+        if m := COUNTED.match(ln):
+            out.setdefault(m.group(1), {})["counted"] = int(m.group(2))
+        elif m := MOVED.match(ln):
+            words = m.group(2).split()
+            out.setdefault(m.group(1), {})["vmstat"] = {
+                words[i]: int(words[i + 1]) for i in range(0, len(words), 2)}
+    return out
+
+
+# The LUF counter of the flush each hazard's rule makes: the modes of
+# guest/luf-hazards and the tests of luf_hazards (remap's is 6.12's
+# flush_tlb_batched_pending(), which has none)
+RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm",),
+                "force": ("nr_tlb_flush_luf_mm",),
+                "write": ("nr_tlb_flush_luf_file",),
+                "dio": ("nr_tlb_flush_luf_file", "nr_tlb_flush_luf_inval"),
+                "truncate": ("nr_tlb_flush_luf_file", "nr_tlb_flush_luf_inval"),
+                # the block device's new writer (R4 extended to devices)
+                "bdev": ("nr_tlb_flush_luf_file",),
+                "reuse": ("nr_tlb_flush_luf_special",),
+                "demote": ("nr_tlb_flush_luf_special",),
+                "anon-write": ("nr_tlb_flush_luf_mm",),
+                "anon-force": ("nr_tlb_flush_luf_mm",),
+                "anon-reuse": ("nr_tlb_flush_luf_special",),
+                "anon-demote": ("nr_tlb_flush_luf_special",),
+                # compaction's own release, at its end
+                "compact": ("nr_tlb_flush_luf_release",)}
+
+
+def assert_luf_selftest_flushed(output):
+    """Every test of luf_hazards reported, with its counted trials lazy
+    (nr_tlb_luf_folios moved by their pages) and its rule's flush made in
+    most of them (the rest: a release by the timer or the cap came first)."""
+    report = luf_selftest_report(output)
+    assert set(report) == set(luf_hazards.SELFTEST_TESTS), report
+    for test, rep in report.items():
+        counted, moved = rep["counted"], rep["vmstat"]
+        assert moved.get("nr_tlb_luf_folios", 0) >= counted * luf_hazards.SELFTEST_PAGES, \
+            (test, rep)
+        if test in RULE_FLUSHES:
+            flushes = sum(moved.get(n, 0) for n in RULE_FLUSHES[test])
+            assert flushes >= counted // 2, (test, rep)
+
+
+def luf_selftest_section(output):
+    """luf_hazards' lines in a run of run_vmtests.sh: from its `running`
+    line to the next program's."""
+    lines, inside = [], False
+    for ln in output.splitlines():
+        if m := safety_parse.RUNNING.match(ln):
+            inside = m.group(1).strip().endswith("luf_hazards")
+        elif inside:
+            lines.append(ln)
+    return "\n".join(lines)
 
 
 def command(program, modes, args):

@@ -1,103 +1,88 @@
-"""LUF's hazard rules (guest/luf-hazards.c, Documentation/mm/luf.rst).
+"""LUF's hazard rules (Documentation/mm/luf.rst): the series' selftest,
+luf_hazards in tools/testing/selftests/mm, and guest/luf-hazards.c for the
+hazards the selftest leaves to the lab.
 
 Under LUF, reclaim unmaps a clean, read-only-mapped folio of a file nobody
 has open for writing without a TLB flush: the reader's CPU keeps a stale
 read-only translation to the old page, which is held until a flush.  Each
-mode of luf-hazards takes a page away lazily and then makes a fresh
-translation give other bytes (a COW write, by the program or through
+test of the selftest and each mode of the program takes a page away lazily
+and then makes a fresh translation give other bytes; the reader must see
+the change.  The selftest: a COW write (cow), a write through
 /proc/self/mem into a read-only mapping (force), a write through a file
-opened for writing, buffered or direct, a write to the file's blocks
-through the block device under its filesystem (bdev), a truncation, a new
-mapping at the address, or reuse of the page); the reader must see the
-change.  bdev-closed writes the blocks before the take-away, while the page
-is cached, and closes the device: a correct kernel refuses to make the page
-lazy (a device written since its mount), so its trials are refused, not
-lazy, and the reader must see the new bytes all the same.  demote is reuse with the page taken by
-reclaim's demotion to a lower memory tier (its guest has a CPU-less node 1):
-an asynchronous migration, whose lazy source page migrate_folio_done()
-holds.  anon-write, anon-force, anon-reuse and anon-move do the same to
-anonymous pages, swapped out (their guest has zram swap): a write after the
-page became the writer's own (do_swap_page() maps it writable), a write
-through /proc/self/mem to a page of a read-only mapping, reuse, and the
-swap entry moved away with UFFDIO_MOVE (the address must then read zeroes);
-anon-demote is demote for anonymous pages (node 1 and zram both).
-compact is reuse with the page taken by compaction of node 1, whose other
-pages are locked: a migration whose lazy source compaction releases itself
-when it ends (patch 0016).
-On the patched kernel every mode must pass, with lazy take-aways; on
-the debug kernel (CONFIG_DEBUG_LUF) with the mode's rule switched off
-(/sys/kernel/debug/luf/disable_rules) it must fail, so that the test is seen
-to have teeth: every mode does (in its first trials) except truncate and
-remap, which are flushed by something their bit does not switch off
-(STILL_FLUSHED).  The debug checker must also warn on its own when the
-rules of the modes in CHECKER_WARNS are off, and stay silent, with every
-mode passing, when all rules are on.  R6 is checked alone through dio: a
-direct write passes R4 (the open) and then R6 (the page-cache invalidation
-before the write), so with R4 off the reader must still be right, flushed by
-R6.
+opened for writing, buffered or direct (write, dio), a truncation, a new
+mapping at the address (remap).  The program: a write to the file's blocks
+through the block device under its filesystem (bdev), or reuse of the page
+(reuse).  bdev-closed writes the blocks before the take-away, while the
+page is cached, and closes the device: a correct kernel refuses to make the
+page lazy (a device written since its mount), so its trials are refused,
+not lazy, and the reader must see the new bytes all the same.  demote is
+reuse with the page taken by reclaim's demotion to a lower memory tier (its
+guest has a CPU-less node 1): an asynchronous migration, whose lazy source
+page migrate_folio_done() holds.  anon-write, anon-force, anon-reuse and
+anon-move do the same to anonymous pages, swapped out (their guest has zram
+swap): a write after the page became the writer's own (do_swap_page() maps
+it writable), a write through /proc/self/mem to a page of a read-only
+mapping, reuse, and the swap entry moved away with UFFDIO_MOVE (the address
+must then read zeroes); anon-demote is demote for anonymous pages (node 1
+and zram both).  compact is reuse with the page taken by compaction of node
+1, whose other pages are locked: a migration whose lazy source compaction
+releases itself when it ends (patch 0016).
+
+The safety suite runs the selftest on vanilla (it skips: no LUF) and
+patched (tests/test_safety.py); here every mode of the program must pass on
+patched, with lazy take-aways; on the debug kernel (CONFIG_DEBUG_LUF) with
+the rule of a mode or a test switched off (/sys/kernel/debug/luf/
+disable_rules) it must fail, so that it is seen to have teeth: every one
+does (in its first trials) except truncate and remap, which are flushed by
+something their bit does not switch off (STILL_FLUSHED).  The debug checker
+must also warn on its own when the rules in CHECKER_WARNS are off, and stay
+silent, with everything passing, when all rules are on.  R6 is checked
+alone through dio: a direct write passes R4 (the open) and then R6 (the
+page-cache invalidation before the write), so with R4 off the reader must
+still be right, flushed by R6.
 """
 
 import pytest
 
 from lab import build, luf_hazards, vm
 from lab.errors import LabError
-from stale_reads import (LUF_SELFTEST_TESTS, command, exits, ktap_exits, records,
-                         run_clean, run_static_selftest, run_to_violation, violations)
+from stale_reads import (RULE_FLUSHES, assert_luf_selftest_flushed, command, exits,
+                         ktap_exits, luf_selftest_report, records, run_clean,
+                         run_luf_selftest, run_to_violation, violations)
 
 pytestmark = pytest.mark.vm
 
 MODES = luf_hazards.MODES
-TRIALS = 200       # per mode, lazy and undisturbed
+SELFTEST = luf_hazards.SELFTEST_TESTS
+TRIALS = 200       # per mode or test, lazy and undisturbed
 
 # disable_rules bits (debug kernels): 0 R1, 1 R3, 2 R4, 3 R5 (userfaultfd
 # only), 4 R6
 R1, R3, R4, R5, R6 = (1 << bit for bit in range(5))
-RULES = {"cow": R3, "force": R3, "write": R4, "dio": R4 | R6, "bdev": R4,
-         "bdev-closed": R4,
-         "truncate": R4 | R6, "remap": R5, "reuse": R1, "demote": R1,
+RULES = {"cow": R3, "force": R3, "write": R4, "dio": R4 | R6,
+         "truncate": R4 | R6, "remap": R5,
+         "bdev": R4, "bdev-closed": R4, "reuse": R1, "demote": R1,
          "anon-write": R3, "anon-force": R3, "anon-reuse": R1, "anon-move": R5,
          "anon-demote": R1, "compact": R1}
 
-# the LUF counter of the flush each mode's rule makes (remap's is 6.12's
-# flush_tlb_batched_pending(), which has none)
-RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm",),
-                "force": ("nr_tlb_flush_luf_mm",),
-                "write": ("nr_tlb_flush_luf_file",),
-                "dio": ("nr_tlb_flush_luf_file", "nr_tlb_flush_luf_inval"),
-                # the block device's new writer (R4 extended to devices)
-                "bdev": ("nr_tlb_flush_luf_file",),
-                "truncate": ("nr_tlb_flush_luf_file", "nr_tlb_flush_luf_inval"),
-                "reuse": ("nr_tlb_flush_luf_special",),
-                "demote": ("nr_tlb_flush_luf_special",),
-                "anon-write": ("nr_tlb_flush_luf_mm",),
-                "anon-force": ("nr_tlb_flush_luf_mm",),
-                "anon-reuse": ("nr_tlb_flush_luf_special",),
-                "anon-demote": ("nr_tlb_flush_luf_special",),
-                # compaction's own release, at its end
-                "compact": ("nr_tlb_flush_luf_release",)}
-
 # What the reader sees when the mode's rule is missing: the page's bytes from
-# before the take-away; in reuse and demote the page it had lost, reused:
+# before the take-away; in the reuse modes the page it had lost, reused:
 # the canary, or zeroes (foreign) if the reader looked between the
 # allocator's clearing of the page and the canary's fill (seen in CI with
 # demote's one page per trial).
-KIND = {"cow": ("old",), "force": ("old",), "write": ("old",), "dio": ("old",),
-        "bdev": ("old",), "bdev-closed": ("old",), "truncate": ("old",),
-        "remap": ("old",), "reuse": ("canary", "foreign"),
-        "demote": ("canary", "foreign"), "anon-write": ("old",),
-        "anon-force": ("old",),
+KIND = {"bdev": ("old",), "bdev-closed": ("old",),
+        "reuse": ("canary", "foreign"), "demote": ("canary", "foreign"),
+        "anon-write": ("old",), "anon-force": ("old",),
         "anon-reuse": ("canary", "foreign"), "anon-move": ("old",),
         "anon-demote": ("canary", "foreign"), "compact": ("canary", "foreign")}
 
-# Modes that their rule's bit cannot make fail; strict, so that one that
+# Tests that their rule's bit cannot make fail; strict, so that one that
 # starts failing is looked at.  Measured on the debug kernel, 200 trials
-# each, no violation:
-# - truncate and remap zap the reader's mapping (unmap_mapping_range(), the
-#   munmap of MAP_FIXED), and zap_pte_range()'s flush_tlb_batched_pending()
-#   flushes an mm with deferred (lazy too) unmaps: 6.12's own flush, which
-#   no bit switches off (Documentation/mm/luf.rst, H4 and H7).
-# reuse was here until switch_store() (patch 0011) released the held pages
-# before its own flush, and skipped that flush too with R1's bit off.
+# each, no violation: truncate and remap zap the reader's mapping
+# (unmap_mapping_range(), the munmap of MAP_FIXED), and zap_pte_range()'s
+# flush_tlb_batched_pending() flushes an mm with deferred (lazy too)
+# unmaps: 6.12's own flush, which no bit switches off
+# (Documentation/mm/luf.rst, H4 and H7).
 STILL_FLUSHED = {
     "truncate": "with R4 and R6 off, truncation still zaps the reader's "
                 "mapping, and zap_pte_range() flushes its mm (R5, 6.12's "
@@ -142,8 +127,6 @@ def test_every_mode_passes_with_lazy_trials(modes):
         if mode in RULE_FLUSHES:
             flushes = sum(counters[n] for n in RULE_FLUSHES[mode])
             assert flushes >= TRIALS // 2, (mode, counters)
-        if mode == "truncate":  # after "done" the reader got SIGBUS
-            assert rec["sigbus_reads"] >= TRIALS * rec["pages_per_trial"], rec
         if mode in ("reuse", "demote", "anon-reuse", "anon-demote", "compact"):
             # the canary got the released pages
             assert checks["reused_pages"] >= 0.9 * pages, checks
@@ -162,14 +145,7 @@ def test_every_mode_passes_with_lazy_trials(modes):
             assert counters["pgmigrate_success"] >= pages, counters
 
 
-def teeth_param(mode):
-    if mode in STILL_FLUSHED:
-        return pytest.param(mode, marks=pytest.mark.xfail(
-            strict=True, reason=STILL_FLUSHED[mode]))
-    return mode
-
-
-@pytest.mark.parametrize("mode", [teeth_param(m) for m in MODES])
+@pytest.mark.parametrize("mode", MODES)
 def test_mode_fails_without_its_rule(mode):
     """With its rule off, the mode must see the reader read through the
     stale translation.  The debug checker may warn (allowed), and the kernel
@@ -182,8 +158,6 @@ def test_mode_fails_without_its_rule(mode):
     assert seen, output[-3000:]
     assert all(v["experiment"] == f"luf-hazards/{mode}" for v in seen), seen
     assert any(v["kind"] in KIND[mode] for v in seen), seen
-    if mode == "truncate":
-        assert all(v["expected"] == "SIGBUS" for v in seen), seen
     results = records(output, "UNFLUSH-RESULT")
     if results:  # the guest lived to report: it stopped at the first bad trial
         (rec,) = results
@@ -192,25 +166,41 @@ def test_mode_fails_without_its_rule(mode):
         assert exits(output) == {mode: 1}, output[-3000:]
 
 
+def teeth_param(test):
+    if test in STILL_FLUSHED:
+        return pytest.param(test, marks=pytest.mark.xfail(
+            strict=True, reason=STILL_FLUSHED[test]))
+    return test
+
+
+@pytest.mark.parametrize("test", [teeth_param(t) for t in SELFTEST])
+def test_selftest_fails_without_its_rule(test):
+    """The selftest's test, with its rule off on the debug kernel: the
+    reader keeps the old bytes after the change (in truncate it reads where
+    it must get SIGBUS), and the test fails at that trial."""
+    output = run_luf_selftest("debug", f"-m {test} -t {TRIALS}", RULES[test])
+    assert ktap_exits(output) == {test: 1}, output[-3000:]
+    seen = "not SIGBUS" if test == "truncate" else "the bytes from before it"
+    assert f"after the change, {seen}" in output, output[-3000:]
+
+
 def test_r6_alone_flushes_before_a_direct_write():
     """dio with R4 switched off: the open for writing no longer flushes, so
     only R6's check in invalidate_inode_pages2_range(), which the direct
     write calls before it writes, keeps the reader from the old bytes.  With
-    R6 off too, test_mode_fails_without_its_rule[dio] sees them, and
+    R6 off too, test_selftest_fails_without_its_rule[dio] sees them, and
     test_debug_checker_warns_without_the_rule[dio] the checker's warning;
     here the run must be clean, so the checker stays silent."""
-    modes = ["dio"]
-    results = run_clean(build.built("debug"), "luf-hazards", modes,
-                        f"--trials {TRIALS} --disable-rules {R4}", shape(modes))
-    rec = results["dio"]
-    counters = rec["counters"]
-    assert rec["trials"] == TRIALS and rec["violations"] == 0, rec
-    assert rec["disable_rules"] == R4, rec
-    assert rec["checks"]["luf_folios"] >= TRIALS * rec["pages_per_trial"], rec
+    output = run_luf_selftest("debug", f"-m dio -t {TRIALS}", R4)
+    assert ktap_exits(output) == {"dio": 0}, output[-3000:]
+    rep = luf_selftest_report(output)["dio"]
+    moved = rep["vmstat"]
+    assert rep["counted"] >= TRIALS // 2, rep
+    assert moved["nr_tlb_luf_folios"] >= rep["counted"] * luf_hazards.SELFTEST_PAGES, rep
     # R4's flush never ran; R6's did, in most trials (the rest: a release
     # by the timer or the cap came first)
-    assert counters["nr_tlb_flush_luf_file"] == 0, counters
-    assert counters["nr_tlb_flush_luf_inval"] >= TRIALS // 2, counters
+    assert "nr_tlb_flush_luf_file" not in moved, rep
+    assert moved["nr_tlb_flush_luf_inval"] >= rep["counted"] // 2, rep
 
 
 # The debug checker's warning when a mode's rule is missing: it must see the
@@ -250,11 +240,14 @@ CHECKER_RULES = dict(RULES, reuse=R1 | R4 | R6, demote=R1 | R4 | R6)
 def test_debug_checker_warns_without_the_rule(mode):
     kernel = build.built("debug")
     logdir = vm.new_logdir(kernel)
-    cmd = command("luf-hazards", [mode],
-                  f"--trials 20 --disable-rules {CHECKER_RULES[mode]}")
     try:
-        vm.run(kernel, cmd, shape([mode]), logdir=logdir, quiet=True,
-               allow_splats=True)
+        if mode in SELFTEST:
+            run_luf_selftest("debug", f"-m {mode} -t 20", CHECKER_RULES[mode],
+                             logdir=logdir)
+        else:
+            vm.run(kernel, command("luf-hazards", [mode],
+                                   f"--trials 20 --disable-rules {CHECKER_RULES[mode]}"),
+                   shape([mode]), logdir=logdir, quiet=True, allow_splats=True)
     except LabError:
         pass  # reuse without R1 may kill the guest; the console has the log
     console = (logdir / "console.log").read_text(errors="replace")
@@ -275,33 +268,9 @@ def test_every_mode_passes_on_the_debug_kernel_without_warnings(modes):
         assert rec["checks"]["luf_folios"] >= 50 * rec["pages_per_trial"], rec
 
 
-# The series' own test of six of these rules, luf_hazards in
-# tools/testing/selftests/mm (run_vmtests.sh -t luf_hazards), which the
-# safety suite runs on vanilla (it skips: no LUF) and patched.  Here on the
-# debug kernel, built static: clean with every rule on, the checker silent;
-# and with R3, R4 and R6 off (R1's loss may kill the guest; R5's bit does
-# not reach remap's flush), failing where test_mode_fails_without_its_rule
-# fails, passing where STILL_FLUSHED says the mm is flushed anyway.
-SELFTEST_RULES_OFF = R3 | R4 | R6
-SELFTEST_TRIALS = 50
-
-
-def luf_selftest(disable_rules):
-    lines = ["mount -t debugfs none /sys/kernel/debug"]
-    if disable_rules:
-        lines.append(f"echo {disable_rules} >/sys/kernel/debug/luf/disable_rules")
-    lines.append(f"TMPDIR=/scratch /selftests/luf_hazards -t {SELFTEST_TRIALS}")
-    return run_static_selftest("debug", "luf_hazards", "\n".join(lines) + "\n",
-                               shape(["cow"]), allow_splats=bool(disable_rules))
-
-
 def test_the_series_selftest_passes_on_the_debug_kernel():
-    output = luf_selftest(0)
-    assert ktap_exits(output) == dict.fromkeys(LUF_SELFTEST_TESTS, 0), output[-3000:]
-
-
-def test_the_series_selftest_fails_without_the_rules():
-    output = luf_selftest(SELFTEST_RULES_OFF)
-    want = {m: 0 if m in STILL_FLUSHED else 1 for m in LUF_SELFTEST_TESTS}
-    assert ktap_exits(output) == want, output[-3000:]
-    assert "after the change, the bytes from before it" in output, output[-3000:]
+    """luf_hazards, all rules on: every test passes with lazy trials and its
+    rule's flush, and the run fails on any splat."""
+    output = run_luf_selftest("debug", "-t 50")
+    assert ktap_exits(output) == dict.fromkeys(SELFTEST, 0), output[-3000:]
+    assert_luf_selftest_flushed(output)

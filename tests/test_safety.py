@@ -12,6 +12,7 @@ import pytest
 
 from lab import build, luf_hazards, safety, safety_build
 from lab import safety_parse as parse
+from stale_reads import assert_luf_selftest_flushed, luf_selftest_section
 
 # run_vmtests.sh -t mmap, as the guest prints it between the suite's markers
 MMAP = """\
@@ -359,44 +360,44 @@ def test_stale_reads_and_unfinished_modes_fail_a_kernel():
 def test_luf_hazards_results_by_mode_and_their_problems():
     out = "\n".join([
         "TAP version 13", "1..1",
-        'UNFLUSH-RESULT {"experiment":"luf-hazards/cow","trials":100,"violations":0,'
+        'UNFLUSH-RESULT {"experiment":"luf-hazards/reuse","trials":100,"violations":0,'
         '"checks":{"luf_folios":412}}',
-        "ok 1 luf-hazards/cow",
+        "ok 1 luf-hazards/reuse",
         "TAP version 13", "1..1",
         'UNFLUSH-RESULT {"experiment":"luf-hazards/bdev-closed","trials":100,'
         '"violations":0,"checks":{"luf_folios":0,"refused_trials":100}}',
         "ok 1 luf-hazards/bdev-closed",
         # another program's test of the same mode name is not this one's
-        "ok 1 stale-tlb/write",
+        "ok 1 stale-tlb/anon-write",
         "TAP version 13", "1..1",
-        'UNFLUSH-VIOLATION {"experiment":"luf-hazards/write","kind":"old","trial":3}',
-        'UNFLUSH-RESULT {"experiment":"luf-hazards/write","trials":3,"violations":1,'
+        'UNFLUSH-VIOLATION {"experiment":"luf-hazards/anon-write","kind":"old","trial":3}',
+        'UNFLUSH-RESULT {"experiment":"luf-hazards/anon-write","trials":3,"violations":1,'
         '"checks":{"luf_folios":12}}',
-        "not ok 1 luf-hazards/write",
+        "not ok 1 luf-hazards/anon-write",
         "TAP version 13", "1..1",
-        "not ok 1 luf-hazards/dio # /scratch is not a disk filesystem",   # no result
+        "not ok 1 luf-hazards/bdev # /scratch is not a disk filesystem",   # no result
         "luf-hazards: /scratch is not a disk filesystem",
         "TAP version 13", "1..1",
         "ok 1 luf-hazards/demote # SKIP demote needs a CPU-less memory node",
     ])
     luf = parse.parse_trials(out, "luf-hazards",
-                             ("cow", "bdev-closed", "write", "dio", "truncate", "demote"))
-    assert luf["cow"] == {"trials": 100, "violations": 0, "exit": 0, "message": "",
-                          "first": "", "luf_folios": 412}
+                             ("reuse", "bdev-closed", "anon-write", "bdev", "anon-move", "demote"))
+    assert luf["reuse"] == {"trials": 100, "violations": 0, "exit": 0, "message": "",
+                            "first": "", "luf_folios": 412}
     assert luf["bdev-closed"]["refused_trials"] == 100
-    assert luf["write"]["violations"] == 1 and luf["write"]["exit"] == 1
-    assert luf["dio"]["exit"] == 1 and "disk filesystem" in luf["dio"]["message"]
-    assert luf["truncate"]["exit"] == -1        # never finished
+    assert luf["anon-write"]["violations"] == 1 and luf["anon-write"]["exit"] == 1
+    assert luf["bdev"]["exit"] == 1 and "disk filesystem" in luf["bdev"]["message"]
+    assert luf["anon-move"]["exit"] == -1        # never finished
     assert luf["demote"]["exit"] == 4 and "CPU-less" in luf["demote"]["message"]
     kr = kernel_run("patched", MMAP)
     kr.luf = luf
     entry = safety.summarize(kr)
     assert entry["luf_hazards"]["trials"] == 203
     assert not entry["ok"]
-    assert any("luf-hazards write: 1 reads" in p for p in entry["problems"])
-    assert any("luf-hazards dio: exit 1: /scratch" in p for p in entry["problems"])
-    assert any("luf-hazards truncate: exit -1" in p for p in entry["problems"])
-    assert "    cow: 100 trials, 0 violations, 412 folios unmapped lazily, exit 0" in \
+    assert any("luf-hazards anon-write: 1 reads" in p for p in entry["problems"])
+    assert any("luf-hazards bdev: exit 1: /scratch" in p for p in entry["problems"])
+    assert any("luf-hazards anon-move: exit -1" in p for p in entry["problems"])
+    assert "    reuse: 100 trials, 0 violations, 412 folios unmapped lazily, exit 0" in \
         safety.table("patched", entry)
 
 
@@ -407,9 +408,9 @@ def test_luf_hazards_run_only_where_there_is_luf():
     assert safety.luf_shape(("demote",), False, "patched").node1
     assert safety.luf_shape(("anon-write",), True, "debug").timeout > \
         safety.luf_shape(("anon-write",), False, "debug").timeout
-    # remap's 3000 trials need 197 MiB of files: the soak's /scratch is larger
-    assert "unflush.scratch=512M" in safety.luf_shape(("remap",), True, "patched").append
-    assert "unflush.scratch=128M" in safety.luf_shape(("remap",), False, "patched").append
+    # reuse's 3000 trials need 99 MiB of file: the soak's /scratch is larger
+    assert "unflush.scratch=512M" in safety.luf_shape(("reuse",), True, "patched").append
+    assert "unflush.scratch=128M" in safety.luf_shape(("reuse",), False, "patched").append
 
 
 # --- guest scripts and userland -------------------------------------------------------
@@ -504,10 +505,21 @@ QUICK_PARTS = ("selftests", "stress")
 
 
 @pytest.fixture(scope="module")
-def quick_run():
+def quick():
+    """The quick run: its summary, and the directory of each guest's log."""
     summary, text, outdir = safety.run(built_kernels(), soak=False, parts=QUICK_PARTS)
     print(text)
-    return summary
+    return summary, outdir
+
+
+@pytest.fixture(scope="module")
+def quick_run(quick):
+    return quick[0]
+
+
+@pytest.fixture(scope="module")
+def quick_outdir(quick):
+    return quick[1]
 
 
 @pytest.mark.vm
@@ -580,11 +592,12 @@ def test_the_series_selftests_pass_everywhere(quick_run, name):
 
 
 @pytest.mark.vm
-def test_the_series_luf_selftest_runs_where_there_is_luf(quick_run):
+def test_the_series_luf_selftest_runs_where_there_is_luf(quick_run, quick_outdir):
     """luf_hazards passed every test on the kernels with LUF, none skipped
     (each counted at least half its trials: lazy, the reader not
-    preempted); elsewhere it skipped whole, saying why (tests/test_luf.py
-    shows it failing on the debug kernel with the rules off)."""
+    preempted), and its rules flushed (its own lines of the counters each
+    test moved); elsewhere it skipped whole, saying why (tests/test_luf.py
+    shows each test failing on the debug kernel with its rule off)."""
     for variant, entry in quick_run.items():
         st = entry["selftests"]
         if variant in safety.LUF_KERNELS:
@@ -592,6 +605,8 @@ def test_the_series_luf_selftest_runs_where_there_is_luf(quick_run):
             skipped = [s for s in st["subtests"]["skipped"]
                        if s["name"].startswith("luf_hazards")]
             assert skipped == [], (variant, skipped)
+            log = (quick_outdir / f"{variant}-selftests.log").read_text()
+            assert_luf_selftest_flushed(luf_selftest_section(log))
         else:
             (skip,) = [s for s in st["skipped"] if s["name"] == "luf_hazards"]
             assert "no LUF" in skip["reason"], (variant, skip)

@@ -22,7 +22,6 @@
 #include <linux/mempolicy.h>
 #include <pthread.h>
 #include <sched.h>
-#include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -153,11 +152,11 @@ static enum violation_kind violation_kind(int page, int w, uint64_t seen)
  * violation; later kinds are printed only (see check_page()).
  */
 static void report_violation(long trial, int page, int w, uintptr_t addr,
-			     uint64_t expected, uint64_t seen, bool want_sigbus,
+			     uint64_t expected, uint64_t seen,
 			     enum violation_kind k, bool first)
 {
 	const char *kind = kind_name[k];
-	char line[512], want[32];
+	char line[512];
 	int len;
 
 	if (first) {
@@ -166,21 +165,17 @@ static void report_violation(long trial, int page, int w, uintptr_t addr,
 		if (n < MAX_DETAILS)
 			ctl->v[n] = (struct violation){ trial, page, addr,
 							w * 8, expected, seen,
-							want_sigbus, kind };
+							kind };
 	}
 	if (atomic_fetch_add(&ctl->printed[k], 1) >= MAX_PRINTED)
 		return;
-	if (want_sigbus)
-		snprintf(want, sizeof(want), "SIGBUS");
-	else
-		snprintf(want, sizeof(want), "0x%016" PRIx64, expected);
 	/* straight to fd 1 from this thread: the kernel may not last long */
 	len = snprintf(line, sizeof(line),
 		       "UNFLUSH-VIOLATION {\"experiment\":\"%s\",\"trial\":%ld,"
 		       "\"page\":%d,\"addr\":\"0x%" PRIxPTR "\",\"offset\":%d,"
-		       "\"expected\":\"%s\",\"seen\":\"0x%016" PRIx64
+		       "\"expected\":\"0x%016" PRIx64 "\",\"seen\":\"0x%016" PRIx64
 		       "\",\"kind\":\"%s\"}\n",
-		       experiment, trial, page, addr, w * 8, want, seen, kind);
+		       experiment, trial, page, addr, w * 8, expected, seen, kind);
 	if (write(1, line, len) < 0)
 		return;
 }
@@ -222,7 +217,6 @@ static void check_page(long t, int i, uint8_t *seen_kinds, bool done)
 	const volatile uint64_t *p = (const volatile uint64_t *)
 		(ctl->va + i * PAGE_SIZE_4K);
 	const struct page_image *want = &ctl->old, *alt = NULL;
-	bool want_sigbus = done && ctl->after == AFTER_SIGBUS;
 	int wrong = -1;
 	uint64_t seen = 0, expected = 0;
 	enum violation_kind k;
@@ -253,11 +247,6 @@ static void check_page(long t, int i, uint8_t *seen_kinds, bool done)
 	if (wrong >= 0 && alt)
 		wrong = first_foreign(p, i, wrong, seen, want, alt, &seen,
 				      &expected);
-	if (want_sigbus && wrong < 0) {
-		/* read the page's words where there should be none */
-		wrong = 0;
-		seen = p[0];
-	}
 	if (wrong < 0)
 		return;
 	atomic_fetch_add(&ctl->bad_reads, 1);
@@ -267,34 +256,8 @@ static void check_page(long t, int i, uint8_t *seen_kinds, bool done)
 
 		seen_kinds[i] |= 1U << k;
 		report_violation(t, i, wrong, (uintptr_t)&p[wrong], expected,
-				 seen, want_sigbus, k, first);
+				 seen, k, first);
 	}
-}
-
-static sigjmp_buf bus_jump;
-static volatile sig_atomic_t bus_armed;
-
-/* SA_NODEFER, no saved mask: leaving by siglongjmp needs no system call */
-static void on_sigbus(int sig)
-{
-	if (bus_armed) {
-		bus_armed = 0;
-		siglongjmp(bus_jump, 1);
-	}
-	signal(sig, SIG_DFL);	/* not ours: the fault comes back and kills */
-}
-
-/* check_page(), where a SIGBUS is the right answer (AFTER_SIGBUS) */
-static void check_page_or_sigbus(long t, int i, uint8_t *seen_kinds,
-				 bool done)
-{
-	if (sigsetjmp(bus_jump, 0)) {
-		atomic_fetch_add(&ctl->sigbus_reads, 1);
-		return;
-	}
-	bus_armed = 1;
-	check_page(t, i, seen_kinds, done);
-	bus_armed = 0;
 }
 
 static void *reader_main(void *arg)
@@ -326,10 +289,7 @@ static void *reader_main(void *arg)
 			bool done = atomic_load_explicit(&ctl->done,
 							 memory_order_acquire);
 
-			if (ctl->after == AFTER_SIGBUS)
-				check_page_or_sigbus(t, i, seen_kinds, done);
-			else
-				check_page(t, i, seen_kinds, done);
+			check_page(t, i, seen_kinds, done);
 		}
 		atomic_store_explicit(&ctl->passes, ++passes,
 				      memory_order_release);
@@ -709,8 +669,6 @@ void attack_cpus(int *first, int *last)
 
 void attack_init(const char *name, int first, int last)
 {
-	struct sigaction sa = { .sa_handler = on_sigbus, .sa_flags = SA_NODEFER };
-
 	experiment = name;
 	main_cpu = first;
 	reader_cpu = last;
@@ -719,8 +677,6 @@ void attack_init(const char *name, int first, int last)
 	if (ctl == MAP_FAILED)
 		die(1, "mmap: %s", strerror(errno));
 	self_map = pagemap_open(0);
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGBUS, &sa, NULL);
 }
 
 void attack_start(int npages, bool huge_canary, void (*op)(int op))
@@ -879,10 +835,7 @@ void attack_fields(struct fields *extra, long trials, int npages,
 		snprintf(key, sizeof(key), "v%ld_offset", i);
 		field_int(extra, key, v->offset);
 		snprintf(key, sizeof(key), "v%ld_expected", i);
-		if (v->want_sigbus)
-			snprintf(val, sizeof(val), "SIGBUS");
-		else
-			snprintf(val, sizeof(val), "0x%016" PRIx64, v->expected);
+		snprintf(val, sizeof(val), "0x%016" PRIx64, v->expected);
 		field_str(extra, key, val);
 		snprintf(key, sizeof(key), "v%ld_seen", i);
 		snprintf(val, sizeof(val), "0x%016" PRIx64, v->seen);

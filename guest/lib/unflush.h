@@ -418,7 +418,6 @@ struct page_image {
 enum after_done {
 	AFTER_SAME,	/* the old data, always */
 	AFTER_NEW,	/* before: old or new, word by word; after: new only */
-	AFTER_SIGBUS,	/* before: old data or SIGBUS; after: SIGBUS only */
 };
 
 /* what the reader saw in a wrong word: see violation_kind() */
@@ -430,7 +429,6 @@ struct violation {
 	uintptr_t addr;		/* of the word that was wrong */
 	int offset;		/* in the page */
 	uint64_t expected, seen;
-	bool want_sigbus;	/* expected: SIGBUS, not a word */
 	const char *kind;	/* old, canary or foreign */
 };
 
@@ -446,7 +444,7 @@ struct attack {
 	/* reader -> main */
 	_Atomic long reader_trial;
 	_Atomic long passes;		/* full passes over the current trial */
-	_Atomic long violations, bad_reads, sigbus_reads;
+	_Atomic long violations, bad_reads;
 	/* UNFLUSH-VIOLATION lines, by kind */
 	_Atomic long printed[NR_VIOLATION_KINDS];
 	_Atomic int reader_tid;

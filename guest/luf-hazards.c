@@ -677,8 +677,9 @@ static void move_setup(struct run *r)
  * move that stops short fails with EAGAIN and says in .move how far it
  * got (userfaultfd_move()), for instance where a page was between states
  * for a moment (the reader may fault it in from swap once R5 flushed its
- * stale entry): seen once in 4 pages on the debug kernel.  The rest is
- * moved again; any other error, or no progress, is fatal.
+ * stale entry): seen once on the debug kernel, 3 of a trial's 4 pages
+ * moved.  The rest is moved again; any other error, or no progress, is
+ * fatal.
  */
 static void move_away(struct run *r, uintptr_t va, long region)
 {

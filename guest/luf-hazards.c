@@ -220,7 +220,8 @@ static const char usage[] =
 "demoted_pages: demote, pages found on the lower node after the take-away;\n"
 "anon-demote, pages migrated by it, pgmigrate_success; compact:\n"
 "compacted_pages, pages moved and still on the node; the bdev modes:\n"
-"refaulted_trials; bdev-closed: refused_trials, counted in trials).\n"
+"refaulted_trials; bdev-closed: refused_trials, counted in trials; anon-move:\n"
+"unmovable_trials, a page UFFDIO_MOVE would not move, counted as disturbed).\n"
 "KTAP (lib/ktap.h): one test, luf-hazards/<mode>, after the result line.\n"
 "Exit 0: no violation; 1: violations, or a precondition failed (no result\n"
 "line; the test's KTAP line says why); 4: skipped, the kernel or the\n"
@@ -351,6 +352,7 @@ struct run {
 	long demoted;
 	long refaulted;			/* bdev: trials that kept the old data */
 	long refused;			/* bdev-closed: trials not made lazy */
+	long unmovable;			/* anon-move: disturbed, a page shared */
 };
 
 static char made[sizeof(ctl->path)];
@@ -673,15 +675,20 @@ static void move_setup(struct run *r)
 }
 
 /*
- * anon-move: the trial's swap entries go from @va to their target.  A
- * move that stops short fails with EAGAIN and says in .move how far it
- * got (userfaultfd_move()), for instance where a page was between states
- * for a moment (the reader may fault it in from swap once R5 flushed its
- * stale entry): seen once on the debug kernel, 3 of a trial's 4 pages
- * moved.  The rest is moved again; any other error, or no progress, is
- * fatal.
+ * anon-move: the trial's swap entries go from @va to their target; false
+ * if the trial cannot stand.  A move that stops short says in .move how
+ * far it got.  EAGAIN: a PTE changed under it, for instance where the
+ * reader faulted a page in from swap once R5 flushed its stale entry; the
+ * rest is moved again.  EBUSY: a page is not exclusive.  main's pages are
+ * its own (MADV_DONTFORK), so the reader made it so: it faulted the page
+ * in from the swap cache during the take-away, while the page was under
+ * writeback to zram, which wants stable pages (do_swap_page() maps it
+ * shared then), and the take-away's next request swapped it out again,
+ * not exclusive.  Its TLB had let the entry go: the trial proves nothing,
+ * as a disturbed one.  The rest is zapped, so that the whole range reads
+ * zeroes, as the reader expects.  Any other error is fatal.
  */
-static void move_away(struct run *r, uintptr_t va, long region)
+static bool move_away(struct run *r, uintptr_t va, long region)
 {
 	size_t len = r->npages * PAGE_SIZE_4K, moved = 0;
 	struct uffdio_move mv;
@@ -690,10 +697,18 @@ static void move_away(struct run *r, uintptr_t va, long region)
 		mv = (struct uffdio_move){ .dst = r->move_dst + region * len + moved,
 					   .src = va + moved, .len = len - moved };
 		if (!ioctl(r->uffd, UFFDIO_MOVE, &mv))
-			return;
-		if (errno != EAGAIN || mv.move <= 0 || tries == 100)
+			return true;
+		if (mv.move > 0)
+			moved += mv.move;
+		if (errno == EBUSY) {
+			if (madvise((void *)(va + moved), len - moved,
+				    MADV_DONTNEED))
+				die(1, "madvise(MADV_DONTNEED) of the pages UFFDIO_MOVE left: %s",
+				    strerror(errno));
+			return false;
+		}
+		if (errno != EAGAIN || tries == 100)
 			break;
-		moved += mv.move;
 	}
 	die(1, "UFFDIO_MOVE of trial pages: %s (moved %zu of %zu bytes, then %lld)",
 	    strerror(errno), moved, len, (long long)mv.move);
@@ -1041,9 +1056,14 @@ static void force_write(struct run *r, uintptr_t va)
 		    (unsigned long)va);
 }
 
-/* After a lazy take-away: make a fresh translation give other bytes. */
-static void hazard(struct run *r, uintptr_t va, long region)
+/*
+ * After a lazy take-away: make a fresh translation give other bytes; false
+ * if the trial cannot stand (anon-move's move_away()).
+ */
+static bool hazard(struct run *r, uintptr_t va, long region)
 {
+	bool stands = true;
+
 	switch (mode) {
 	case ANON_WRITE:
 		/*
@@ -1066,7 +1086,7 @@ static void hazard(struct run *r, uintptr_t va, long region)
 		helper_command(OP_BDEV_CHECK);
 		break;
 	case ANON_MOVE:
-		move_away(r, va, region);
+		stands = move_away(r, va, region);
 		/*
 		 * Read-fault the emptied addresses now, as the reader would
 		 * if its TLB had let an entry go: the zero page goes in there,
@@ -1086,6 +1106,7 @@ static void hazard(struct run *r, uintptr_t va, long region)
 	case COMPACT:
 		break;
 	}
+	return stands;
 }
 
 static void one_trial(struct run *r)
@@ -1097,7 +1118,7 @@ static void one_trial(struct run *r)
 				    PAGE_SIZE_4K, t);
 	struct timespec settle = { 0, 20 * 1000 * 1000 };
 	long long luf0, luf1, mig0 = 0, refused0 = 0, preempted;
-	bool lazy, disturbed, refused = false;
+	bool lazy, disturbed, refused = false, stands = true;
 	int demoted;
 
 	ctl->length = region * r->npages * PAGE_SIZE_4K;
@@ -1183,7 +1204,8 @@ static void one_trial(struct run *r)
 	if ((lazy || refused) && !canary_mode()) {
 		long passes;
 
-		hazard(r, va, region);
+		stands = hazard(r, va, region);
+		r->unmovable += !stands;
 		/* bdev: the helper found the old data in the page cache */
 		if (bdev_mode() && !memcmp(&ctl->new, &ctl->old,
 					   sizeof(ctl->new)))
@@ -1203,7 +1225,7 @@ static void one_trial(struct run *r)
 		r->done++;
 	} else if (!lazy) {
 		r->missed++;
-	} else if (disturbed) {
+	} else if (disturbed || !stands) {
 		r->disturbed++;
 	} else {
 		r->done++;
@@ -1416,8 +1438,8 @@ int main(int argc, char **argv)
 		    anon_mode() ? "does this kernel's LUF take anonymous folios (patch 0013)?" :
 		    "is the file on a disk filesystem and not open for writing?");
 	if (!violations && r.disturbed > max_disturbed)
-		die(1, "in %ld of %ld trials the reader's CPU switched to another task between the take-away and the mode's operation (which flushes its TLB under LUF): the test proves nothing; is something else running?",
-		    r.disturbed, r.attempts);
+		die(1, "in %ld of %ld trials the reader's CPU switched to another task between the take-away and the mode's operation (which flushes its TLB under LUF), or (anon-move) it faulted a page back in, which UFFDIO_MOVE then would not move (%ld): the test proves nothing; is something else running?",
+		    r.disturbed, r.attempts, r.unmovable);
 	if (!violations && canary_mode() && r.reused * 2 < r.done * r.npages)
 		die(1, "the canary process got only %ld of the %ld released pages: the test proves little; is something else allocating on CPU %d?",
 		    r.reused, r.done * r.npages, main_cpu);
@@ -1441,6 +1463,8 @@ int main(int argc, char **argv)
 		field_int(&checks, "refaulted_trials", r.refaulted);
 	if (mode == BDEV_CLOSED)
 		field_int(&checks, "refused_trials", r.refused);
+	if (mode == ANON_MOVE)
+		field_int(&checks, "unmovable_trials", r.unmovable);
 	attack_switch_checks(&checks);
 	report_result(name, "threads", 0, &p, &extra, &checks);
 	phase_free(&p);

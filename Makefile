@@ -62,10 +62,10 @@ idle-builds:
 
 # arm64's quick form: patched-arm64 boots, its switches and counters move,
 # it migrates to a node 1 in a lower tier (UEFI), passes every LUF hazard
-# mode and the stale-translation test, which broken-arm64 fails, passes the
-# series' selftest of LUF's rules, and puts a failed swap-out batch of a
-# contpte block back and leaks no swap count of folios shared past its
-# limit, which broken-arm64 does not.
+# mode and the series' stale-translation selftest, which broken-arm64
+# fails, passes its selftest of LUF's rules, and puts a failed swap-out
+# batch of a contpte block back and leaks no swap count of folios shared
+# past its limit, which broken-arm64 does not.
 ARM64_ANON_UNMAP = \
 	"tests/test_anon_unmap.py::test_pages_keep_their_state_with_the_switch_on_and_off[patched-arm64]" \
 	"tests/test_anon_unmap.py::test_switch_moves_swap_out_between_the_paths[patched-arm64]" \
@@ -75,8 +75,6 @@ ARM64_QUICK = $(ARM64_ANON_UNMAP) \
 	"tests/test_arm64.py::test_arm64_guest_runs_and_reports[patched-arm64]" \
 	"tests/test_arm64.py::test_arm64_node1_is_a_lower_tier_and_pages_migrate_to_it[patched-arm64]" \
 	tests/test_arm64_luf.py::test_every_mode_passes_on_arm64_with_lazy_trials \
-	tests/test_arm64_luf.py::test_stale_tlb_is_clean_on_patched_arm64 \
-	tests/test_arm64_luf.py::test_broken_arm64_is_caught \
 	tests/test_arm64_luf.py::test_the_series_selftest_passes_on_patched_arm64 \
 	tests/test_arm64_luf.py::test_the_series_selftest_catches_broken_arm64 \
 	tests/test_arm64_luf.py::test_the_series_luf_selftest_passes_on_patched_arm64

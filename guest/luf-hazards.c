@@ -43,9 +43,10 @@
  *             mount the filesystem again after each trial (and once before
  *             the first), so that each trial begins on a device unwritten
  *             since its mount;
- *   reuse     R1: stale-tlb's attack; the helper makes LUF release the held
- *             pages (the switch off and on: flush, then free on its CPU)
- *             and fills fresh pages with a canary, which gets them;
+ *   reuse     R1: the stale-translation attack; the helper makes LUF
+ *             release the held pages (the switch off and on: flush, then
+ *             free on its CPU) and fills fresh pages with a canary, which
+ *             gets them;
  *   demote    R1 too, but the pages are taken by asynchronous migration,
  *             whose lazy sources migrate_folio_done() holds, not by
  *             reclaim: the program runs in a memory cgroup of its own, and
@@ -89,7 +90,7 @@
  * violation, printed at once.  A trial counts only if the take-away was
  * lazy: nr_tlb_luf_folios moved by the trial's pages (in demote, also every
  * page now on the lower node).  The reader, the helper and the trial's
- * mechanics are lib/reader.c's, shared with stale-tlb.
+ * mechanics are lib/reader.c's.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -1408,7 +1409,7 @@ int main(int argc, char **argv)
 	 */
 	if (bdev_mode())
 		close(r.a.fd);
-	attack_start(r.npages, false, helper_op);
+	attack_start(r.npages, helper_op);
 	if (bdev_mode()) {
 		r.a.fd = -1;
 		remount(&r.a);

@@ -8,14 +8,14 @@ each kernel the suite boots a guest per part (four for luf-hazards):
              run_vmtests.sh, one category at a time, with hugetlb pages,
              zram swap and a second NUMA node so that the tests of reclaim,
              migration, THP, hugetlb, COW, userfaultfd and KSM run instead of
-             skipping;
+             skipping; the series' stale_tlb among them, a reader against
+             reclaim, migration and swap-out that refill the pages it lost
+             with a canary (docs/stale-tlb.md);
   stress     Debian's stress-ng memory stressors with --verify, in phases
              that push pages through swap (a memory cgroup), demotion to the
              slower node and NUMA balancing, with THP and mTHP on, and one
              phase run from a disk filesystem, whose clean read-only-mapped
              text and data reclaim takes away (what LUF unmaps lazily);
-  stale-tlb  guest/stale-tlb: a reader against reclaim, migration and swap-out
-             that refill the pages it lost with a canary;
   luf-hazards  guest/luf-hazards, every mode, on the kernels that have LUF:
              pages taken away lazily, then changed under a fresh translation
              (one boot per group of modes, lab/luf_hazards.py).
@@ -35,7 +35,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from lab import build, datadisk, luf_hazards, paths, safety_build, vm
+from lab import build, luf_hazards, paths, safety_build, vm
 from lab import safety_parse as parse
 from lab.errors import LabError
 from lab.progress import say
@@ -49,20 +49,16 @@ SLOWDOWN = {"vanilla": 1, "patched": 1, "broken": 1, "debug": 4, "vanilla-debug"
             "patched-arm64": 3}
 # The arm64 guest runs the selftests part only: its selftests are static
 # (safety_build.build_static()), and no static stress-ng exists; its
-# stale-tlb and luf-hazards runs are tests/test_arm64_luf.py's.
+# luf-hazards runs are tests/test_arm64_luf.py's.
 ARM64_PARTS = ("selftests",)
 # Each kernel is compared with the unpatched kernel built the same way: under
 # KASAN and lockdep a selftest can time out, or lose a race it wins at full
 # speed, whatever the series does.  The baselines are compared with nothing.
 BASELINE = {k: build.unpatched_twin(k) for k in KERNELS
             if build.VARIANTS[k][0] != "vanilla"}
-# guest/stale-tlb.c: a reader keeps reading read-only pages that another
-# process takes away (reclaim, migration, anon swap-out) and refills with a
-# canary; any read of the canary is a violation (docs/stale-tlb.md).
-STALE_TLB_MODES = ("reclaim", "migrate", "anon", "anon-32k")
 # The kernels built from the series, which have LUF: luf-hazards needs it.
 LUF_KERNELS = ("patched", "debug", "patched-distro")
-PARTS = ("selftests", "stress", "stale-tlb", "luf-hazards")
+PARTS = ("selftests", "stress", "luf-hazards")
 
 
 # --- what is run ----------------------------------------------------------------
@@ -251,24 +247,6 @@ def stress_shape(soak, variant):
                       timeout=total * 2 * SLOWDOWN[variant] + 180)
 
 
-def stale_tlb_trials(soak):
-    return 3000 if soak else 100
-
-
-def stale_tlb_shape(soak, variant):
-    # node1: a migration target; zram: anon swap-out; the data disk: the
-    # clean file pages that reclaim takes away
-    seconds = len(STALE_TLB_MODES) * stale_tlb_trials(soak) * SLOWDOWN[variant]
-    return vm.VMShape(cpus=2, mem="1G", node1="512M", zram="256M",
-                      data_disk=datadisk.ensure(quick=True), timeout=seconds + 300)
-
-
-def stale_tlb_script(soak):
-    # each mode reports itself as a KTAP test (guest/lib/ktap.h)
-    return "".join(f"stale-tlb {m} --trials {stale_tlb_trials(soak)}\n"
-                   for m in STALE_TLB_MODES)
-
-
 def luf_trials(soak):
     return 3000 if soak else 100
 
@@ -371,9 +349,29 @@ while IFS= read -r line; do
 	printf '%s\n' "$line"
 done
 EOF
+# The counters of unmapping and of TLB shootdowns, before and after each
+# category, as `SAFETY-COUNTER <category> before|after <name> <value>`: what
+# a test did, where its own output does not say (tests/test_safety.py).
+# irq/TLB: the TLB shootdown interrupts of every CPU (x86's TLB line).
+counters() {
+	grep -E '^(nr_tlb_|pswp|pgsteal_|pgmigrate_success )' /proc/vmstat |
+		sed "s/^/SAFETY-COUNTER $1 $2 /"
+	for f in $T/hugepages-*/stats/swpout; do
+		[ -r "$f" ] || continue
+		size=${f#$T/hugepages-}
+		echo "SAFETY-COUNTER $1 $2 mthp/${size%%/*}/swpout $(cat "$f")"
+	done
+	awk -v p="SAFETY-COUNTER $1 $2" '$1 == "TLB:" {
+		n = 0
+		for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++)
+			n += $i
+		print p, "irq/TLB", n
+	}' /proc/interrupts
+}
 # run_vmtests.sh once per category, in its own process group, so that a watchdog
 # can kill it and every test it started; what it ran is reported either way
 run_category() {
+	counters "$1" before
 	echo "SAFETY-CATEGORY-BEGIN $1 $(date +%s)"
 	setsid sh -c "bash ./run_vmtests.sh -t $1 2>&1 | sh /tmp/stamp" &
 	pid=$!
@@ -383,6 +381,7 @@ run_category() {
 	rc=$?
 	kill "$dog" 2>/dev/null
 	echo "SAFETY-CATEGORY-END $1 $rc $(date +%s)"
+	counters "$1" after
 }
 """
 
@@ -475,13 +474,13 @@ class KernelRun:
     variant: str
     release: str = ""
     tests: list = field(default_factory=list)
+    counters: dict = field(default_factory=dict)  # by category: parse_counters()
     phases: list = field(default_factory=list)
     splats: list = field(default_factory=list)
     errors: list = field(default_factory=list)   # guests that died or hung
     env: list = field(default_factory=list)
     seconds: dict = field(default_factory=dict)
     reruns: list | None = None  # runs of the categories that regressed, one per boot
-    stale: dict | None = None   # stale-tlb by mode, from parse.parse_stale_tlb()
     luf: dict | None = None     # luf-hazards by mode, from parse.parse_trials()
 
 
@@ -549,14 +548,11 @@ def run_kernel(variant, soak, layer, outdir, parts=PARTS):
         out = run_guest(kernel, "selftests", selftest_script(cats, variant),
                         selftest_shape(soak, variant), outdir, kr, layer)
         kr.tests = parse.parse_vmtests(out)
+        kr.counters = parse.parse_counters(out)
     if "stress" in parts:
         out = run_guest(kernel, "stress", stress_script(stress_phases(soak)),
                         stress_shape(soak, variant), outdir, kr, layer)
         kr.phases = parse.parse_stress(out)
-    if "stale-tlb" in parts:
-        out = run_guest(kernel, "stale-tlb", stale_tlb_script(soak),
-                        stale_tlb_shape(soak, variant), outdir, kr, layer)
-        kr.stale = parse.parse_stale_tlb(out, STALE_TLB_MODES)
     if "luf-hazards" in parts and variant in LUF_KERNELS:
         kr.luf = {}
         for modes in luf_hazards.groups():
@@ -666,6 +662,8 @@ def summarize(kr, baseline=None):
                         for t in kr.tests if t.status == "skip"],
             "failure_reasons": {t.name: t.reason for t in kr.tests if t.status == "fail"},
             "categories": sorted({t.category for t in kr.tests if t.category}),
+            # what each category moved: unmapping, swap, TLB shootdowns
+            "counters": kr.counters,
             "subtests": {
                 "passed": sum(s.status == "pass" for s in subs),
                 "failed": [s.name for s in subs if s.status == "fail"],
@@ -686,7 +684,6 @@ def summarize(kr, baseline=None):
                        for p in kr.phases},
             "vmstat": _present(vmstat),
         },
-        "stale_tlb": trials_entry(kr.stale, not_run),
         "luf_hazards": trials_entry(
             kr.luf, not_run if kr.variant in LUF_KERNELS or not host
             else "not run: no LUF in this kernel"),
@@ -718,13 +715,12 @@ def summarize(kr, baseline=None):
             if p.verification_errors and not p.failures:
                 problems.append(f"stress {p.name}: stress-ng "
                                 f"{parse.STRESS_EXIT.get(p.exit, 'did not finish')}")
-    for program, results in (("stale-tlb", kr.stale), ("luf-hazards", kr.luf)):
-        for mode, m in (results or {}).items():
-            if m["violations"]:
-                problems.append(f"{program} {mode}: {m['violations']} reads through a "
-                                f"stale translation, e.g. {m['first']}")
-            elif m["exit"] != 0:
-                problems.append(f"{program} {mode}: exit {m['exit']}: {m['message']}")
+    for mode, m in (kr.luf or {}).items():
+        if m["violations"]:
+            problems.append(f"luf-hazards {mode}: {m['violations']} reads through a "
+                            f"stale translation, e.g. {m['first']}")
+        elif m["exit"] != 0:
+            problems.append(f"luf-hazards {mode}: exit {m['exit']}: {m['message']}")
     problems += [f"splat: {s}" for s in kr.splats]
     problems += [f"guest: {e}" for e in kr.errors]
     if kr.tests == [] and not kr.errors and "selftests" in kr.seconds:
@@ -735,7 +731,7 @@ def summarize(kr, baseline=None):
 
 
 def trials_entry(results, note):
-    """stale-tlb's or luf-hazards' entry: totals and each mode; @note says
+    """luf-hazards' entry: totals and each mode; @note says
     why there are no results."""
     if results is None:
         return {"trials": 0, "violations": 0, "note": note}
@@ -781,17 +777,16 @@ def table(variant, entry):
                   for k, v in sorted(p["ops"].items()) if v == 0 and p["exit"] is not None]
     if sr["vmstat"]:
         lines.append("    vmstat: " + ", ".join(f"{k} {v}" for k, v in sr["vmstat"].items()))
-    for key in ("stale_tlb", "luf_hazards"):
-        part = entry[key]
-        lines.append(f"  {key:<10} {part['trials']} trials, {part['violations']} violations"
-                     + (f" ({part['note']})" if "note" in part else ""))
-        for mode, m in part.get("modes", {}).items():
-            lazy = (f", {m['luf_folios']} folios unmapped lazily"
-                    if "luf_folios" in m else "")
-            if m.get("refused_trials"):
-                lazy += f", {m['refused_trials']} trials refused laziness"
-            lines.append(f"    {mode}: {m['trials']} trials, {m['violations']} violations"
-                         f"{lazy}, exit {m['exit']}")
+    part = entry["luf_hazards"]
+    lines.append(f"  luf_hazards {part['trials']} trials, {part['violations']} violations"
+                 + (f" ({part['note']})" if "note" in part else ""))
+    for mode, m in part.get("modes", {}).items():
+        lazy = (f", {m['luf_folios']} folios unmapped lazily"
+                if "luf_folios" in m else "")
+        if m.get("refused_trials"):
+            lazy += f", {m['refused_trials']} trials refused laziness"
+        lines.append(f"    {mode}: {m['trials']} trials, {m['violations']} violations"
+                     f"{lazy}, exit {m['exit']}")
     lines.append(f"  splats     {len(entry['splats'])}")
     lines += [f"    {s}" for s in entry["splats"][:10]]
     for p in entry["problems"]:
@@ -869,8 +864,8 @@ def run(kernels=("vanilla", "patched"), soak=False, parts=PARTS):
 def add_arguments(p):
     p.add_argument("--soak", action="store_true",
                    help="every selftest category, long stress phases and 3000 "
-                        "trials per mode of stale-tlb and luf-hazards (hours under "
-                        "TCG) instead of the quick subset")
+                        "trials per mode of luf-hazards (hours under TCG) instead "
+                        "of the quick subset")
     p.add_argument("-k", "--kernels", default="vanilla,patched",
                    help="comma-separated: vanilla, patched, debug, vanilla-debug, "
                         "vanilla-distro, patched-distro, vanilla-arm64, patched-arm64 "

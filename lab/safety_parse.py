@@ -14,7 +14,10 @@ Three kinds of output, all plain text on the guest's output port:
     --yaml metrics, between `SAFETY-STRESS-BEGIN <phase> <time>` and
     `SAFETY-STRESS-END <phase> <exit> <time>` and `SAFETY-YAML-BEGIN/END`.
   - /proc/vmstat before and after each stress phase, one
-    `SAFETY-VMSTAT <phase> before|after <name> <value>` line per counter.
+    `SAFETY-VMSTAT <phase> before|after <name> <value>` line per counter;
+    and the counters of unmapping and TLB shootdowns before and after each
+    selftest category, `SAFETY-COUNTER <category> before|after <name>
+    <value>`.
 """
 
 import json
@@ -46,6 +49,7 @@ STRESS_SKIP = re.compile(r"^stress-ng: (?:info|warn):\s+\[\d+\] (\S+?): (.*skipp
 YAML_BEGIN = re.compile(r"^SAFETY-YAML-BEGIN (\S+)$")
 YAML_END = re.compile(r"^SAFETY-YAML-END (\S+)$")
 VMSTAT = re.compile(r"^SAFETY-VMSTAT (\S+) (before|after) (\S+) (\d+)$")
+COUNTER = re.compile(r"^SAFETY-COUNTER (\S+) (before|after) (\S+) (\d+)$")
 
 # stress-ng's exit statuses (its manual, EXIT STATUS)
 STRESS_EXIT = {0: "success", 1: "error in options or harness", 2: "a stressor failed",
@@ -379,7 +383,23 @@ def parse_metrics_yaml(text):
     return ops
 
 
-# --- stale-tlb and luf-hazards ------------------------------------------------
+def parse_counters(output):
+    """What each selftest category moved: {category: {counter: after -
+    before}}, zeroes kept: a counter that did not move is not one the
+    kernel lacks.  A category without its "after" lines (the guest died in
+    it) is left out."""
+    sides = {"before": {}, "after": {}}
+    for line in output.splitlines():
+        if m := COUNTER.match(line.rstrip("\r")):
+            sides[m.group(2)].setdefault(m.group(1), {})[m.group(3)] = int(m.group(4))
+    moved = {}
+    for category, after in sides["after"].items():
+        before = sides["before"].get(category, {})
+        moved[category] = {k: v - before[k] for k, v in after.items() if k in before}
+    return moved
+
+
+# --- luf-hazards --------------------------------------------------------------
 
 # the exit status kselftest gives each KTAP result (KSFT_PASS, _FAIL, _SKIP)
 KTAP_EXIT = {"pass": 0, "fail": 1, "skip": 4}
@@ -387,9 +407,9 @@ KTAP_EXIT = {"pass": 0, "fail": 1, "skip": 4}
 
 def parse_trials(output, program, modes):
     """Per mode of a guest program that runs trials against a reader
-    (guest/stale-tlb, guest/luf-hazards): trials run, violations seen, exit
-    status, and for luf-hazards the folios it saw unmapped lazily and the
-    trials the kernel refused to make lazy.
+    (guest/luf-hazards): trials run, violations seen, exit status, the
+    folios it saw unmapped lazily and the trials the kernel refused to make
+    lazy.
 
     Each mode is a KTAP test, <program>/<mode>, whose result gives the
     exit status and its reason.  A violation line is printed the moment
@@ -423,6 +443,3 @@ def parse_trials(output, program, modes):
                 out[mode]["message"] = r[3]
     return out
 
-
-def parse_stale_tlb(output, modes):
-    return parse_trials(output, "stale-tlb", modes)

@@ -1,12 +1,12 @@
-"""What the stale-translation tests share (test_stale_tlb.py, test_luf.py),
-and the debugger workload of the LUF checker's tests (test_luf_checker.py,
-test_arm64_luf.py).
+"""What the stale-translation tests share (test_luf.py, test_arm64_luf.py,
+the series' selftests), and the debugger workload of the LUF checker's
+tests (test_luf_checker.py, test_arm64_luf.py).
 
-Their guest programs (guest/stale-tlb.c, guest/luf-hazards.c) print each
-violation the moment the reader sees it, `UNFLUSH-VIOLATION {json}`, then one
-`UNFLUSH-RESULT {json}` per mode; a kernel broken on purpose may corrupt
-memory and die before the result.  Each then reports the mode as a KTAP
-test, <program>/<mode> (guest/lib/ktap.h).
+Their guest program, guest/luf-hazards.c, prints each violation the moment
+the reader sees it, `UNFLUSH-VIOLATION {json}`, then one `UNFLUSH-RESULT
+{json}` per mode; a kernel broken on purpose may corrupt memory and die
+before the result.  It then reports the mode as a KTAP test,
+<program>/<mode> (guest/lib/ktap.h).
 
 The lab's other guest programs that pass or fail report in KTAP too:
 ktap_exits() reads each test's exit status from its result line, and

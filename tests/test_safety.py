@@ -5,6 +5,7 @@ The canned outputs are cut from real guest runs of vanilla 6.12.117.
 """
 
 import json
+import pathlib
 import shutil
 import subprocess
 
@@ -233,6 +234,7 @@ def test_stress_that_never_finished_counts_as_an_error():
 def kernel_run(variant, output="", stress="", splats=()):
     kr = safety.KernelRun(variant, "6.12.117")
     kr.tests = parse.parse_vmtests(output)
+    kr.counters = parse.parse_counters(output)
     kr.phases = parse.parse_stress(stress)
     kr.splats = list(splats)
     kr.seconds = {"selftests": 1.0}
@@ -321,40 +323,48 @@ def test_summary_json_and_latest_link(tmp_path, monkeypatch):
     latest = tmp_path / "tests" / "latest"
     assert latest.resolve() == second.resolve()
     data = json.loads((latest / "summary.json").read_text())
-    assert set(data["vanilla"]) >= {"selftests", "stress", "stale_tlb", "splats"}
-    assert data["vanilla"]["stale_tlb"]["trials"] == 0
+    assert set(data["vanilla"]) >= {"selftests", "stress", "luf_hazards", "splats"}
     assert data["vanilla"]["luf_hazards"]["note"] == "not run: no LUF in this kernel"
 
 
-def test_stale_reads_and_unfinished_modes_fail_a_kernel():
+def test_counters_of_a_category_are_what_it_moved():
     out = "\n".join([
-        "TAP version 13", "1..1",
-        'UNFLUSH-RESULT {"experiment":"stale-tlb/reclaim","trials":100,"violations":0}',
-        "ok 1 stale-tlb/reclaim",
-        "TAP version 13", "1..1",
-        'UNFLUSH-VIOLATION {"experiment":"stale-tlb/migrate","kind":"canary","trial":7}',
-        'UNFLUSH-RESULT {"experiment":"stale-tlb/migrate","trials":8,"violations":1}',
-        "not ok 1 stale-tlb/migrate",
-        "TAP version 13", "1..1",
-        "stale-tlb: needs 2 usable CPUs",      # anon: killed, no result line
-        "TAP version 13", "1..1",
-        "ok 1 stale-tlb/anon-32k # SKIP no swap: boot the guest with zram",
+        "SAFETY-COUNTER stale_tlb before nr_tlb_anon_unmap_batches 10",
+        "SAFETY-COUNTER stale_tlb before nr_tlb_anon_unmap_ptes_single 3",
+        "SAFETY-COUNTER stale_tlb before irq/TLB 7",
+        "SAFETY-CATEGORY-BEGIN stale_tlb 100",
+        "ok 1 stale_tlb",
+        "SAFETY-CATEGORY-END stale_tlb 0 160",
+        "SAFETY-COUNTER stale_tlb after nr_tlb_anon_unmap_batches 210",
+        "SAFETY-COUNTER stale_tlb after nr_tlb_anon_unmap_ptes_single 3",
+        "SAFETY-COUNTER stale_tlb after irq/TLB 1207",
+        "SAFETY-COUNTER thp before thp_swpout 1",     # its guest died in it
     ])
-    stale = parse.parse_stale_tlb(out, safety.STALE_TLB_MODES)
-    assert stale["reclaim"] == {"trials": 100, "violations": 0, "exit": 0,
-                                "message": "", "first": ""}
-    assert stale["migrate"]["violations"] == 1 and stale["migrate"]["exit"] == 1
-    assert stale["anon"]["exit"] == -1 and stale["anon"]["trials"] == 0
-    # a mode the guest could not run is a skip (exit 4, as kselftest's), not a pass
-    assert stale["anon-32k"]["exit"] == 4 and "no swap" in stale["anon-32k"]["message"]
-    kr = kernel_run("patched", MMAP)
-    kr.stale = stale
-    entry = safety.summarize(kr)
-    assert entry["stale_tlb"]["trials"] == 108 and entry["stale_tlb"]["violations"] == 1
-    assert any(p.startswith("stale-tlb anon-32k: exit 4: no swap") for p in entry["problems"])
-    assert not entry["ok"]
-    assert any("stale-tlb migrate: 1 reads" in p for p in entry["problems"])
-    assert any("stale-tlb anon: exit -1" in p for p in entry["problems"])
+    moved = {"stale_tlb": {"nr_tlb_anon_unmap_batches": 200,
+                           "nr_tlb_anon_unmap_ptes_single": 0, "irq/TLB": 1200}}
+    assert parse.parse_counters(out) == moved
+    # the markers around the category are not test output
+    assert [t.name for t in parse.parse_vmtests(out)] == ["stale_tlb"]
+    # the summary is their record
+    assert safety.summarize(kernel_run("patched", out))["selftests"]["counters"] == moved
+
+
+def test_the_guests_counters_parse_on_this_machine(tmp_path):
+    """The guest script's counters(), run here on the host's /proc, with a
+    fake mTHP directory: every line it prints is a counter the parser takes."""
+    script = safety.SELFTEST_SCRIPT
+    body = script[script.index("counters() {"):script.index("# run_vmtests.sh once")]
+    stats = tmp_path / "hugepages-32kB" / "stats"
+    stats.mkdir(parents=True)
+    (stats / "swpout").write_text("5\n")
+    run = f"T={tmp_path}\n{body}counters stale_tlb before\ncounters stale_tlb after\n"
+    proc = subprocess.run(["sh", "-c", run], text=True, capture_output=True, check=True)
+    lines = proc.stdout.splitlines()
+    assert lines and all(parse.COUNTER.match(ln) for ln in lines), proc.stdout
+    moved = parse.parse_counters(proc.stdout)["stale_tlb"]
+    assert moved["mthp/32kB/swpout"] == 0 and "pswpout" in moved
+    if "TLB:" in pathlib.Path("/proc/interrupts").read_text():
+        assert "irq/TLB" in moved
 
 
 def test_luf_hazards_results_by_mode_and_their_problems():
@@ -368,7 +378,7 @@ def test_luf_hazards_results_by_mode_and_their_problems():
         '"violations":0,"checks":{"luf_folios":0,"refused_trials":100}}',
         "ok 1 luf-hazards/bdev-closed",
         # another program's test of the same mode name is not this one's
-        "ok 1 stale-tlb/anon-write",
+        "ok 1 other-program/anon-write",
         "TAP version 13", "1..1",
         'UNFLUSH-VIOLATION {"experiment":"luf-hazards/anon-write","kind":"old","trial":3}',
         'UNFLUSH-RESULT {"experiment":"luf-hazards/anon-write","trials":3,"violations":1,'
@@ -420,7 +430,6 @@ def test_guest_scripts_are_valid_shell(soak):
     busybox = shutil.which("busybox") or "/bin/busybox"
     scripts = [safety.selftest_script(safety.selftest_categories(soak), "vanilla"),
                safety.stress_script(safety.stress_phases(soak)),
-               safety.stale_tlb_script(soak),
                *[safety.luf_script(g, soak) for g in luf_hazards.groups()]]
     for script in scripts:
         proc = subprocess.run([busybox, "sh", "-n"], input=script, text=True,
@@ -473,7 +482,7 @@ def test_a_kernel_with_jump_labels_runs_on_one_tcg_thread(tmp_path):
     """Multi-threaded TCG can run the int3 of a static key being flipped:
     the -distro kernels' guests get -icount, whatever their shape; the
     lab's kernels keep one host thread per vCPU."""
-    shape = safety.stale_tlb_shape(False, "patched-distro")
+    shape = safety.stress_shape(False, "patched-distro")
     kernel = build.Kernel("patched-distro", tmp_path / "bzImage", "6.12", tmp_path)
     (tmp_path / ".config").write_text("CONFIG_JUMP_LABEL=y\n")
     assert safety.one_tcg_thread(kernel, shape).icount
@@ -497,10 +506,10 @@ def built_kernels():
     return kernels
 
 
-# The parts make test needs from the suite: its stale-tlb and luf-hazards
-# guests run the same programs on the same kernels as tests/test_stale_tlb.py
-# and tests/test_luf.py, with fewer trials, so here they would add six boots
-# and no check (their verdicts are tested on canned output above).
+# The parts make test needs from the suite: its luf-hazards guests run the
+# same program on the same kernels as tests/test_luf.py, with fewer trials,
+# so here they would add four boots and no check (their verdicts are tested
+# on canned output above).
 QUICK_PARTS = ("selftests", "stress")
 
 
@@ -610,6 +619,30 @@ def test_the_series_luf_selftest_runs_where_there_is_luf(quick_run, quick_outdir
         else:
             (skip,) = [s for s in st["skipped"] if s["name"] == "luf_hazards"]
             assert "no LUF" in skip["reason"], (variant, skip)
+
+
+# The trials of each of stale_tlb's four tests (TRIALS in
+# tools/testing/selftests/mm/stale_tlb.c, patch 22).
+STALE_TLB_TRIALS = 100
+
+
+@pytest.mark.vm
+def test_stale_tlb_took_pages_from_a_reader_that_had_them(quick_run):
+    """What stale_tlb's own lines do not say, from the counters around its
+    category: each of its trials (four tests) took pages from a reader
+    whose CPU translated them, so each shot that CPU down at least once;
+    its 32K test swapped out 32K folios whole, once to set up and once to
+    take them away, in at least half its trials (the folios of as many came
+    back whole, or it would have skipped), and on the series through the
+    batched unmap, never a PTE of a large folio at a time.  tests/test_stale_tlb.py
+    shows the test failing on the broken kernel."""
+    for variant, entry in quick_run.items():
+        moved = entry["selftests"]["counters"]["stale_tlb"]
+        assert moved["irq/TLB"] >= 4 * STALE_TLB_TRIALS, (variant, moved)
+        assert moved["mthp/32kB/swpout"] >= STALE_TLB_TRIALS, (variant, moved)
+        if build.VARIANTS[variant][0] == "patched":
+            assert moved["nr_tlb_anon_unmap_batches"] >= STALE_TLB_TRIALS, (variant, moved)
+            assert moved["nr_tlb_anon_unmap_ptes_single"] == 0, (variant, moved)
 
 
 def test_tr_shim_draws_run_vmtests_rules(tmp_path):

@@ -6,10 +6,10 @@
  *
  *	TAP version 13
  *	1..1
- *	ok 1 stale-tlb/reclaim				exit 0
- *	not ok 1 stale-tlb/reclaim			exit 1
- *	not ok 1 stale-tlb/reclaim # <why it died>	exit as die() says
- *	ok 1 stale-tlb/migrate # SKIP <what is missing>	exit 4
+ *	ok 1 luf-hazards/reuse				exit 0
+ *	not ok 1 luf-hazards/reuse			exit 1
+ *	not ok 1 luf-hazards/reuse # <why it died>	exit as die() says
+ *	ok 1 luf-hazards/demote # SKIP <what is missing>	exit 4
  *
  * A test is skipped, exit 4 as kselftest's KSFT_SKIP, when the kernel or
  * the machine lacks what it needs (a feature, a second NUMA node); never
@@ -30,7 +30,7 @@
 
 /* "TAP version 13" and the plan, "1..@tests". */
 void ktap_plan(int tests);
-/* The test now running, by name ("stale-tlb/reclaim"). */
+/* The test now running, by name ("luf-hazards/reuse"). */
 void ktap_test(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Its result: "ok N name" or "not ok N name". */
 void ktap_result(bool ok);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The stale-translation attack of stale-tlb and luf-hazards: the reader, the
- * helper process, fresh addresses and the PFNs that show what happened
+ * The stale-translation attack of luf-hazards: the reader, the helper
+ * process, fresh addresses and the PFNs that show what happened
  * (docs/stale-tlb.md, the API in unflush.h).
  *
  * Traps avoided (lab-notes.md): every fork happens before the reader thread
@@ -19,7 +19,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <linux/futex.h>
-#include <linux/mempolicy.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -228,9 +227,9 @@ static void check_page(long t, int i, uint8_t *seen_kinds, bool done)
 			alt = &ctl->new;
 	}
 	/*
-	 * The hot loop is stale-tlb's as it was measured (docs/stale-tlb.md):
-	 * how soon the reader touches a page again after a flush decides how
-	 * often it refaults in time to keep the page (anon-32k's misses).
+	 * The hot loop is kept as it was measured (docs/stale-tlb.md): how
+	 * soon the reader touches a page again after a flush decides how
+	 * often it refaults in time to keep the page.
 	 */
 	for (int w = 0; w < (int)PAGE_WORDS; w++) {
 		uint64_t v = p[w];
@@ -354,8 +353,8 @@ static int pages_moved(void)
 
 /*
  * One request to take the trial's pages away: proactive reclaim of the
- * cgroup they are charged to, compaction, move_pages() to the target node or
- * process_madvise(MADV_PAGEOUT).  False after helper_fail().
+ * cgroup they are charged to, compaction or process_madvise(MADV_PAGEOUT).
+ * False after helper_fail().
  */
 static bool ask_once(void)
 {
@@ -378,23 +377,6 @@ static bool ask_once(void)
 			    strerror(errno));
 		return false;
 	}
-	if (ctl->migrate) {
-		void *pages[TRIAL_MAX_PAGES];
-		int nodes[TRIAL_MAX_PAGES], status[TRIAL_MAX_PAGES];
-
-		for (int i = 0; i < n; i++) {
-			pages[i] = (void *)(va + i * PAGE_SIZE_4K);
-			nodes[i] = ctl->target_node;
-		}
-		/* > 0: pages it could not move for the moment, asked again */
-		if (syscall(SYS_move_pages, hs.owner, n, pages, nodes, status,
-			    MPOL_MF_MOVE) < 0) {
-			helper_fail("move_pages: %s", strerror(errno));
-			return false;
-		}
-		return true;
-	}
-
 	struct iovec iov = { (void *)va, n * PAGE_SIZE_4K };
 
 	if (syscall(SYS_process_madvise, hs.pidfd, &iov, 1, MADV_PAGEOUT,
@@ -501,7 +483,7 @@ void helper_reuse_trial(void)
 	count_taken(canary_pfn, hs.ncanary);
 }
 
-static void helper_main(int npages, bool huge_canary, void (*op)(int op))
+static void helper_main(int npages, void (*op)(int op))
 {
 	uint32_t last = 0;
 	char path[64];
@@ -513,7 +495,6 @@ static void helper_main(int npages, bool huge_canary, void (*op)(int op))
 	snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)hs.owner);
 	hs.owner_map = open(path, O_RDONLY);
 	hs.self_map = open("/proc/self/pagemap", O_RDONLY);
-	/* aligned for 32K folios: anon-32k's canary asks for that order */
 	hs.canary = map_aligned(hs.ncanary * PAGE_SIZE_4K, 8 * PAGE_SIZE_4K);
 	/* where the freed pages are: the canary's come from their node */
 	if (ctl->canary_bound)
@@ -521,8 +502,7 @@ static void helper_main(int npages, bool huge_canary, void (*op)(int op))
 	if (hs.pidfd < 0 || hs.owner_map < 0 || hs.self_map < 0)
 		helper_fail("helper set-up: %s", strerror(errno));
 	else
-		madvise(hs.canary, hs.ncanary * PAGE_SIZE_4K, huge_canary ?
-			MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+		madvise(hs.canary, hs.ncanary * PAGE_SIZE_4K, MADV_NOHUGEPAGE);
 
 	for (;;) {
 		uint32_t c;
@@ -658,7 +638,7 @@ void attack_cpus(int *first, int *last)
 	int cpus[MAX_CPUS], ncpus;
 
 	if (geteuid() != 0)
-		die(1, "needs root: process_madvise and move_pages on another process, PFNs in /proc/PID/pagemap");
+		die(1, "needs root: process_madvise on another process, PFNs in /proc/PID/pagemap");
 	ncpus = online_cpus(cpus, MAX_CPUS);
 	if (ncpus < 2)
 		die(1, "needs 2 usable CPUs (the reader alone on one), found %d; boot the guest with -smp 2 or more",
@@ -679,7 +659,7 @@ void attack_init(const char *name, int first, int last)
 	self_map = pagemap_open(0);
 }
 
-void attack_start(int npages, bool huge_canary, void (*op)(int op))
+void attack_start(int npages, void (*op)(int op))
 {
 	/* every fork before the reader starts: a fork flushes the whole mm */
 	fflush(NULL);
@@ -687,7 +667,7 @@ void attack_start(int npages, bool huge_canary, void (*op)(int op))
 	if (helper_pid < 0)
 		die(1, "fork: %s", strerror(errno));
 	if (helper_pid == 0)
-		helper_main(npages, huge_canary, op);
+		helper_main(npages, op);
 	if (pthread_create(&reader, NULL, reader_main, NULL))
 		die(1, "cannot start the reader thread");
 	while (!atomic_load(&ctl->reader_tid))
@@ -792,18 +772,6 @@ void trial_stop(void)
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
 		 0) == MAP_FAILED)
 		die(1, "mmap PROT_NONE: %s", strerror(errno));
-}
-
-bool luf_on(void)
-{
-	char value[16];
-
-	if (!setting_read(LUF_SWITCH, value, sizeof(value)) ||
-	    strcmp(value, "1"))
-		return false;
-	/* the helper switches it off and on: on again at exit, whatever happens */
-	setting_write(LUF_SWITCH, "1");
-	return true;
 }
 
 /* --- the result ------------------------------------------------------------ */

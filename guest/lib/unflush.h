@@ -385,7 +385,7 @@ long long meminfo_value(const char *key);
 /* Dies with a clear message unless swap with @bytes free is configured. */
 void require_swap(size_t bytes);
 
-/* --- reader.c: the stale-translation attack (stale-tlb, luf-hazards) --- */
+/* --- reader.c: the stale-translation attack of luf-hazards ------------- */
 
 /*
  * docs/stale-tlb.md.  A reader thread pinned alone on the last usable CPU
@@ -453,8 +453,6 @@ struct attack {
 	_Atomic uint32_t cmd;		/* futex word: bumped per command */
 	int op;
 	long htrial;
-	bool migrate;			/* take-away: move_pages, not pageout */
-	int target_node;
 	/*
 	 * take-away, if set: write reclaim_arg to this memory.reclaim, the
 	 * cgroup's proactive reclaim, which may demote (pageout never does)
@@ -501,10 +499,9 @@ void attack_cpus(int *main_cpu, int *reader_cpu);
 void attack_init(const char *experiment, int main_cpu, int reader_cpu);
 /*
  * Fork the helper (it runs @op(ctl->op) for every helper_command()), then
- * start the reader.  @npages: pages per trial (the canary has 2n + 8);
- * @huge_canary: canary memory MADV_HUGEPAGE, not NOHUGEPAGE.
+ * start the reader.  @npages: pages per trial (the canary has 2n + 8).
  */
-void attack_start(int npages, bool huge_canary, void (*op)(int op));
+void attack_start(int npages, void (*op)(int op));
 /* The measured phase, with the reader's context switches around it. */
 void attack_begin(struct phase *p);
 /* End the phase, stop the reader and the helper. */
@@ -515,13 +512,13 @@ void helper_command(int op);
 void helper_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /*
  * In the helper: take the trial's pages from main's mm on this CPU
- * (process_madvise(MADV_PAGEOUT), move_pages to ctl->target_node, or
- * writes to ctl->reclaim until every page has left its PFN) and count in
+ * (process_madvise(MADV_PAGEOUT), or writes to ctl->reclaim or
+ * ctl->compact until every page has left its PFN) and count in
  * ctl->taken the pages whose PTE no longer maps the old PFN.
  */
 void helper_take_away(void);
 /*
- * In the helper, stale-tlb's trial: take the pages away, release them if
+ * In the helper, reuse's trial: take the pages away, release them if
  * LUF holds them (ctl->luf_release: the switch to 0, flush and free on
  * this CPU, and back to 1), and at once fill fresh anonymous pages with a
  * canary: the per-cpu free list is LIFO, so they are the freed pages
@@ -555,8 +552,6 @@ void trial_done(void);
 void wait_reader(long trial, long passes, const char *what);
 /* Stop the reader; the trial's addresses PROT_NONE, never mapped again. */
 void trial_stop(void);
-/* is the luf switch there and on?  Then it is put back to 1 at exit. */
-bool luf_on(void);
 
 /*
  * The result fields every attack has: trials, violations, bad_reads,

@@ -39,7 +39,7 @@ TOOLS = [Path("/usr/bin/ps"), Path("/usr/bin/pgrep"), Path("/usr/bin/killall"),
          Path("/usr/sbin/mkfs.xfs")]
 GUEST_MM = "safety/mm"          # where the selftests live in the guest
 GUEST_BIN = "safety/bin"        # stress-ng
-# Debian 6.12.117's khugepaged.c uses KSFT_SKIP without including the header
+# Debian 6.12's khugepaged.c uses KSFT_SKIP without including the header
 # that defines it.  Defining it the same way (4) on the command line lets it
 # build without touching the source; the other programs see an identical,
 # hence harmless, redefinition.

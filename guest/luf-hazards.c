@@ -1414,7 +1414,7 @@ int main(int argc, char **argv)
 	 * take-away is a compaction of node 1, whose sysfs file first drains
 	 * every CPU's LRU batches (lru_add_drain_all(), work queued on the
 	 * reader's CPU too): on debug 51 of 74 attempts, on patched 3 of 203;
-	 * with housekeeping_off(), on debug 40 of 90 where it had been 201 of
+	 * with housekeeping_off(), on debug 41 of 91 where it had been 201 of
 	 * 204 without.
 	 */
 	max_disturbed = node_mode() ? 4 * r.trials : r.trials;

@@ -25,7 +25,11 @@ unpatched kernel built the same way), prints one table per kernel and
 writes results/tests/<time>/summary.json (results/tests/latest points at the
 newest).  The run fails if a test that passes on the baseline fails on the
 kernel compared with it, if stress-ng reports any verification error, if any kernel prints a
-splat, or if a guest dies.  docs/safety.md says what is run and why.
+splat, or if a guest dies.  With --reference needed (make test's run) a
+baseline that runs beside its kernel is a reference only: after that
+kernel, it runs the series' own selftests and the categories the kernel
+failed in, which is what the comparison needs, and nothing else.
+docs/safety.md says what is run and why.
 """
 
 import dataclasses
@@ -539,12 +543,14 @@ def parts_on(variant, parts):
     return tuple(p for p in parts if p in ARM64_PARTS)
 
 
-def run_kernel(variant, soak, layer, outdir, parts=PARTS):
+def run_kernel(variant, soak, layer, outdir, parts=PARTS, categories=None):
+    """Boot `variant` for each of `parts`; `categories`: the selftest
+    categories to run, if not all of the mode's."""
     kernel = build.built(variant)
     kr = KernelRun(variant, kernel.release)
     parts = parts_on(variant, parts)
     if "selftests" in parts:
-        cats = selftest_categories(soak)
+        cats = selftest_categories(soak) if categories is None else categories
         out = run_guest(kernel, "selftests", selftest_script(cats, variant),
                         selftest_shape(soak, variant), outdir, kr, layer)
         kr.tests = parse.parse_vmtests(out)
@@ -745,7 +751,9 @@ def table(variant, entry):
     st, sr = entry["selftests"], entry["stress"]
     subs = st["subtests"]
     ran = len(st["passed"]) + len(st["failed"]) + len(st["skipped"])
-    lines = [f"== {variant} ({entry['release']}): {'OK' if entry['ok'] else 'FAILED'}",
+    lines = [f"== {variant} ({entry['release']}): {'OK' if entry['ok'] else 'FAILED'}"
+             + (" (a reference only: the series' selftests and the categories"
+                " another kernel failed in)" if entry.get("reference_only") else ""),
              f"  selftests  {ran} run:"
              f" {len(st['passed'])} passed, {len(st['failed'])} failed,"
              f" {len(st['skipped'])} skipped"
@@ -821,8 +829,34 @@ def baseline_of(variant, runs):
     return runs.get(BASELINE.get(variant, ""))
 
 
-def run(kernels=("vanilla", "patched"), soak=False, parts=PARTS):
-    """Run the suite; returns (summary dict, text, results directory)."""
+# The series' own selftests: a baseline runs them even as a reference only,
+# since they must pass on a kernel without the series too.
+SERIES_CATEGORIES = ("stale_tlb", "luf_hazards", "swapout_rollback")
+REFERENCES = ("whole", "needed")
+
+
+def reference_categories(changed, categories):
+    """The categories of @categories a baseline runs as a reference only:
+    the series' own, and each in which a run of @changed (the kernels
+    compared with it) failed a test or gave no result at all, which is
+    all that judging those kernels needs of it."""
+    names = set(SERIES_CATEGORIES)
+    for kr in changed:
+        names |= {t.category for t in kr.tests
+                  if t.status == "fail" or any(s.status == "fail" for s in t.subtests)}
+        names |= {c.name for c in categories} - {t.category for t in kr.tests}
+    return [c for c in categories if c.name in names]
+
+
+def run(kernels=("vanilla", "patched"), soak=False, parts=PARTS, reference="whole"):
+    """Run the suite; returns (summary dict, text, results directory).
+
+    reference="needed": a baseline that runs beside a kernel compared with
+    it runs after that kernel, only the selftests that judging it needs
+    (reference_categories()), and no other part; "whole": everything."""
+    if reference not in REFERENCES:
+        raise LabError(f"unknown reference {reference!r}: choose from "
+                       f"{', '.join(REFERENCES)}", exit_code=2)
     for variant in kernels:
         if variant not in KERNELS:
             raise LabError(f"unknown kernel {variant!r}: choose from "
@@ -840,10 +874,20 @@ def run(kernels=("vanilla", "patched"), soak=False, parts=PARTS):
     outdir = new_outdir()
     say(f"safety: {'soak' if soak else 'quick'} run of {', '.join(kernels)}; "
         f"logs in {outdir}")
+    references = ({BASELINE[v] for v in kernels if BASELINE.get(v) in kernels}
+                  if reference == "needed" else set())
     runs = {}
-    for variant in kernels:
+    for variant in sorted(kernels, key=lambda v: v in references):
+        categories, vparts = None, parts
+        if variant in references:
+            changed = [kr for v, kr in runs.items() if BASELINE.get(v) == variant]
+            categories = reference_categories(changed, selftest_categories(soak))
+            vparts = tuple(p for p in parts if p == "selftests")
+            say(f"safety: {variant} as a reference only: "
+                f"{', '.join(c.name for c in categories)}")
         runs[variant] = run_kernel(variant, soak, layers[build.arch(variant)], outdir,
-                                   parts)
+                                   vparts, categories)
+    runs = {v: runs[v] for v in kernels}
     for variant, kr in runs.items():
         if baseline_of(variant, runs) is not None:
             confirm_regressions(kr, baseline_of(variant, runs), soak,
@@ -852,6 +896,7 @@ def run(kernels=("vanilla", "patched"), soak=False, parts=PARTS):
     for variant, kr in runs.items():
         entry = summarize(kr, baseline_of(variant, runs))
         entry["mode"] = "soak" if soak else "quick"
+        entry["reference_only"] = variant in references
         entry["selftests"]["build_failures"] = build_failures[build.arch(variant)]
         summary[variant] = entry
     text = "\n".join(table(v, e) for v, e in summary.items())
@@ -874,12 +919,17 @@ def add_arguments(p):
                         "patched-arm64 with vanilla-arm64 (arm64: the selftests part "
                         "only)")
     p.add_argument("--only", choices=PARTS, help="run one part of the suite")
+    p.add_argument("--reference", choices=REFERENCES, default="whole",
+                   help="needed: a baseline run beside its kernel (vanilla beside "
+                        "patched) runs only the series' selftests and the categories "
+                        "that kernel failed in, and no other part, as make test "
+                        "does; whole (the default): everything on every kernel")
 
 
 def main(args):
     kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
     parts = (args.only,) if args.only else PARTS
-    summary, text, outdir = run(kernels, args.soak, parts)
+    summary, text, outdir = run(kernels, args.soak, parts, args.reference)
     print(text)
     bad = [k for k, e in summary.items() if not e["ok"]]
     say(f"safety: {'FAILED on ' + ', '.join(bad) if bad else 'passed'}; "

@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from lab import build, luf_hazards, safety, safety_build
+from lab.errors import LabError
 from lab import safety_parse as parse
 from stale_reads import assert_luf_selftest_flushed, luf_selftest_section
 
@@ -314,6 +315,26 @@ def test_stress_errors_and_splats_fail_a_kernel():
     assert splat in safety.table("vanilla", entry)
 
 
+def test_a_reference_runs_what_judging_the_other_kernel_needs():
+    """vanilla beside patched: the series' selftests, each category patched
+    failed a test in, and each that gave patched no result (its guest died
+    before it); not the categories patched passed."""
+    cats = safety.selftest_categories(False)
+    died = ("SAFETY-CATEGORY-BEGIN mlock 1\nok 1 mlock2-tests\n"
+            "SAFETY-CATEGORY-END mlock 0 2\n")
+    patched = kernel_run("patched", MMAP + COW + MIGRATION + died)
+    names = [c.name for c in safety.reference_categories([patched], cats)]
+    assert set(names) == ({"mmap", "cow"} | set(safety.SERIES_CATEGORIES)
+                          | {c.name for c in cats} - {"mmap", "cow", "migration", "mlock"})
+    good = kernel_run("patched", "".join(
+        f"SAFETY-CATEGORY-BEGIN {c.name} 1\nok 1 {c.name}-prog\n"
+        f"SAFETY-CATEGORY-END {c.name} 0 2\n" for c in cats))
+    assert [c.name for c in safety.reference_categories([good], cats)] == [
+        c.name for c in cats if c.name in safety.SERIES_CATEGORIES]
+    with pytest.raises(LabError, match="choose from whole, needed"):
+        safety.run(["vanilla"], reference="some")
+
+
 def test_summary_json_and_latest_link(tmp_path, monkeypatch):
     monkeypatch.setenv("UNFLUSH_RESULTS", str(tmp_path))
     first, second = safety.new_outdir(), safety.new_outdir()
@@ -515,8 +536,12 @@ QUICK_PARTS = ("selftests", "stress")
 
 @pytest.fixture(scope="module")
 def quick():
-    """The quick run: its summary, and the directory of each guest's log."""
-    summary, text, outdir = safety.run(built_kernels(), soak=False, parts=QUICK_PARTS)
+    """The quick run: its summary, and the directory of each guest's log.
+    The baselines are references only (safety.reference_categories()): a
+    patched kernel that passes every selftest needs of vanilla only the
+    series' own, which must pass there too."""
+    summary, text, outdir = safety.run(built_kernels(), soak=False, parts=QUICK_PARTS,
+                                       reference="needed")
     print(text)
     return summary, outdir
 
@@ -546,9 +571,17 @@ def test_no_test_fails_only_on_a_changed_kernel(quick_run):
         assert quick_run[variant]["regressions"]["failed"] == [], variant
 
 
+def whole_runs(quick_run):
+    """The kernels that ran every part and category of the quick suite: all
+    but the references, and at least patched."""
+    whole = {v: e for v, e in quick_run.items() if not e["reference_only"]}
+    assert "patched" in whole, list(whole)
+    return whole
+
+
 @pytest.mark.vm
 def test_stress_verified_data_and_did_work(quick_run):
-    for variant, entry in quick_run.items():
+    for variant, entry in whole_runs(quick_run).items():
         stress = entry["stress"]
         assert stress["errors"] == 0, (variant, stress["phases"])
         assert stress["ops"] > 0, variant
@@ -569,20 +602,22 @@ def test_no_splats(quick_run):
 
 
 # Measured on vanilla 6.12.117, quick mode (docs/safety.md): 26 programs and
-# 1033 subtests passed (before migration's 6 ran).  A set-up that silently
-# skips them (no swap, no huge pages, no second node, no debugfs, no XFS)
-# fails here; the margin is for ksm_tests -N -m 1, intermittent on vanilla.
+# 1033 subtests passed (before migration's 6 ran); the series' kernels pass
+# those and the series' own.  A set-up that silently skips them (no swap, no
+# huge pages, no second node, no debugfs, no XFS) fails here; the margin is
+# for ksm_tests -N -m 1, intermittent on vanilla.
 MIN_PASSED = 25
 MIN_SUBTESTS_PASSED = 1000
 
 
 @pytest.mark.vm
 def test_selftests_really_ran(quick_run):
-    vanilla = quick_run["vanilla"]["selftests"]
-    assert len(vanilla["passed"]) >= MIN_PASSED, vanilla
-    assert vanilla["subtests"]["passed"] >= MIN_SUBTESTS_PASSED
-    for skipped in vanilla["skipped"]:
-        assert skipped["reason"], skipped
+    for variant, entry in whole_runs(quick_run).items():
+        st = entry["selftests"]
+        assert len(st["passed"]) >= MIN_PASSED, (variant, st)
+        assert st["subtests"]["passed"] >= MIN_SUBTESTS_PASSED, variant
+        for skipped in st["skipped"]:
+            assert skipped["reason"], (variant, skipped)
 
 
 @pytest.mark.vm

@@ -423,6 +423,58 @@ def spread_section(doc):
     return lines
 
 
+def pct(value, ref):
+    return f"{100 * (value - ref) / ref:+.1f} %" if ref else "-"
+
+
+def compare_section(doc):
+    """Every judged cost of the run in one table, as mmtests' compare
+    scripts and LKP print kernels side by side: a row per experiment and
+    cost, a column per configuration, each the median [min-max] and its
+    change from the baseline's median.  The last column is the largest
+    difference between two halves of the baseline's own repetitions
+    (self_spread()), the noise a change is read against."""
+    ref, mode = baseline(doc), doc["meta"]["mode"]
+    exps = {e: c for e, c in doc["experiments"].items() if ref in c}
+    kernels = sorted({c for configs in exps.values() for c in configs
+                      if c != ref and "/" not in c})
+    if not kernels:
+        return []
+    selfs = self_spread(doc)
+    head = ["experiment", "cost", ref]
+    for k in kernels:
+        head += [k, f"{k}, switch off"]
+    lines = [f"## Against {ref}", "",
+             f"Each cell: the median [min-max] of the repetitions, and its change from "
+             f"{ref}'s median. \"switch off\": the kernel with the experiment's "
+             f"switch at 0 (named in the cell). \"{ref} vs itself\": the largest "
+             f"difference between the medians of two halves of {ref}'s repetitions "
+             f"(four or more).", "",
+             "| " + " | ".join(head + [f"{ref} vs itself"]) + " |",
+             "|" + "---|" * (len(head) + 1)]
+    for exp_id in sorted(exps, key=suite_order):
+        configs = exps[exp_id]
+        for name in (m for m in metrics_of(configs) if is_judged(m, mode)):
+            stats = {c: summary([metric_value(r, name) for r in reps])
+                     for c, reps in configs.items()}
+            base = stats[ref]
+            if base is None:
+                continue
+            row = [exp_id, name, cell(base, name)]
+            for k in kernels:
+                offs = [(sw, off) for kk, sw, off in switch_offs(list(configs)) if kk == k]
+                for label, c in (("", k), *((f"{sw}=0: ", off) for sw, off in offs[:1])):
+                    got = stats.get(c)
+                    row.append(f"{label}{cell(got, name)} ({pct(got[0], base[0])})"
+                               if got else "-")
+                if not offs:
+                    row.append("-")
+            own = selfs.get((exp_id, name))
+            row.append(fmt(own[0], name) if own else "-")
+            lines.append("| " + " | ".join(row) + " |")
+    return lines + [""]
+
+
 def suite_order(exp_id):
     """Experiments in the suite's order (by seed), phases after their parent."""
     known = suite.owner(exp_id)
@@ -551,7 +603,7 @@ def write(out, doc):
         parts += [f"- {f['experiment']} on {f['configuration']} (round {f['round'] + 1}, "
                   f"exit {f['exit']}): {f['message']}" for f in doc["failures"]]
         parts.append("")
-    parts += spread_section(doc)
+    parts += compare_section(doc) + spread_section(doc)
     plots = make_plots(out, doc)
     for exp_id in sorted(doc["experiments"], key=suite_order):
         parts += [f"## {exp_id}", "",

@@ -354,6 +354,33 @@ def test_vanilla_against_itself_calibrates_the_yardstick(tmp_path):
     assert "| migrate-loop | insns/vcpu0_per_op | patched | 50 | 60 | 1.200 | 10 | - |" in text
 
 
+def test_report_compares_every_cost_with_the_baseline_in_one_table(tmp_path):
+    """The compare table: a row per experiment and judged cost, the
+    baseline's median [min-max], each kernel's with its change in per cent,
+    the kernel with its switch off, and the baseline against itself."""
+    doc = {"meta": {"date": "d", "host": "h", "mode": "icount", "quick": True,
+                    "reps": 4, "kernels": {"vanilla": {"release": "6.12.117"}},
+                    "series": []},
+           "experiments": {
+               "swap-loop": {"vanilla": icount_reps([100, 103, 104, 101]),
+                             "patched": icount_reps([140, 141, 139, 140]),
+                             "patched/unmap_flush=0": icount_reps([100, 100, 100, 100])},
+               "migrate-loop": {"vanilla": icount_reps([50, 50, 50]),
+                                "patched": icount_reps([60, 60, 60])}},
+           "failures": []}
+    text = written_report(tmp_path, doc)
+    assert "| experiment | cost | vanilla | patched | patched, switch off | " \
+           "vanilla vs itself |" in text
+    assert "| swap-loop | insns/vcpu0_per_op | 102 [100-104] | 140 [139-141] (+37.3 %) " \
+           "| unmap_flush=0: 100 (-2.0 %) | 3 |" in text
+    assert "| migrate-loop | insns/vcpu0_per_op | 50 | 60 (+20.0 %) | - | - |" in text
+    # counts and guest time are not costs under --icount
+    assert "| swap-loop | elapsed_s |" not in text.split("## Outside")[0]
+    # a run of one kernel has nothing to set beside it
+    doc["experiments"] = {"swap-loop": {"vanilla": icount_reps([1, 2])}}
+    assert "## Against vanilla" not in written_report(tmp_path, doc)
+
+
 def test_series_kernels_are_compared_with_a_baseline_built_alike():
     """The report credits the series with every difference from the
     baseline, so a kernel built another way (jump labels, KASAN) must be

@@ -423,8 +423,13 @@ def spread_section(doc):
     return lines
 
 
-def pct(value, ref):
-    return f"{100 * (value - ref) / ref:+.1f} %" if ref else "-"
+def change_cell(got, base, name, label=""):
+    """A compare table's cell: @got's median [min-max] and its change in
+    per cent from @base's median; "-" where the configuration did not run."""
+    if got is None:
+        return "-"
+    change = f"{100 * (got[0] - base[0]) / base[0]:+.1f} %" if base[0] else "-"
+    return f"{label}{cell(got, name)} ({change})"
 
 
 def compare_section(doc):
@@ -460,15 +465,12 @@ def compare_section(doc):
             base = stats[ref]
             if base is None:
                 continue
+            offs = {kernel: (switch, off) for kernel, switch, off in switch_offs(list(configs))}
             row = [exp_id, name, cell(base, name)]
             for k in kernels:
-                offs = [(sw, off) for kk, sw, off in switch_offs(list(configs)) if kk == k]
-                for label, c in (("", k), *((f"{sw}=0: ", off) for sw, off in offs[:1])):
-                    got = stats.get(c)
-                    row.append(f"{label}{cell(got, name)} ({pct(got[0], base[0])})"
-                               if got else "-")
-                if not offs:
-                    row.append("-")
+                switch, off = offs.get(k, (None, None))
+                row += [change_cell(stats.get(k), base, name),
+                        change_cell(stats.get(off), base, name, f"{switch}=0: ")]
             own = selfs.get((exp_id, name))
             row.append(fmt(own[0], name) if own else "-")
             lines.append("| " + " | ".join(row) + " |")

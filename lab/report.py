@@ -579,7 +579,9 @@ def write(out, doc):
     out = Path(out)
     meta = doc["meta"]
     parts = ["# unflush benchmark report", ""]
-    kernels = ", ".join(f"{k} `{v['release']}`" for k, v in meta["kernels"].items())
+    # results.json keeps its keys sorted: the baseline first, as the run had it
+    names = sorted(meta["kernels"], key=lambda k: k != meta.get("baseline"))
+    kernels = ", ".join(f"{k} `{meta['kernels'][k]['release']}`" for k in names)
     reps = f"{meta['reps']} repetition" + ("s" if meta["reps"] != 1 else "")
     parts += [f"- date: {meta['date']}, host {meta['host']}, lab {meta.get('lab_commit')}",
               f"- kernels: {kernels}"]

@@ -95,6 +95,20 @@ def test_report_medians_and_ratio(tmp_path):
     assert "| elapsed_s | 2 [1-3] | 1 | 0.500 |" in text
 
 
+def test_report_names_the_baseline_kernel_first(tmp_path):
+    """results.json is written with sorted keys, so a report written again
+    from it reads the kernels in the alphabet's order, not the run's."""
+    doc = {"meta": {"date": "d", "host": "h", "mode": "tcg", "quick": True, "reps": 1,
+                    "baseline": "vanilla",
+                    "kernels": {"patched": {"release": "6.12.118-patched"},
+                                "vanilla": {"release": "6.12.118-vanilla"}},
+                    "series": []},
+           "experiments": {}, "failures": []}
+    text = written_report(tmp_path, doc)
+    assert ("- kernels: vanilla `6.12.118-vanilla`, patched `6.12.118-patched`"
+            in text)
+
+
 def test_report_has_switch_on_off_ratio(tmp_path):
     def reps(xs):
         return [json.loads(rec("x", t, i, nr_tlb_remote_flush=i)[15:]) for t, i in xs]

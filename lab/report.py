@@ -492,7 +492,7 @@ def suite_order(exp_id):
 PACED_SHARE = 0.9
 
 
-def load_note(exp_id, configs):
+def load_note(exp_id, configs, base="vanilla"):
     """A warning for an experiment run beside a load (`load_pages_per_s`)
     that did not read at the same rate in every configuration, else None.
 
@@ -505,8 +505,8 @@ def load_note(exp_id, configs):
     a difference in it is not all the kernel's cost, which the experiment's
     paced twin measures."""
     rates = {}
-    for name, reps in configs.items():
-        got = [r["load_pages_per_s"] for r in reps if "load_pages_per_s" in r]
+    for name in config_order(configs, base):
+        got = [r["load_pages_per_s"] for r in configs[name] if "load_pages_per_s" in r]
         if got:
             rates[name] = summary(got)[0]
     if not rates:
@@ -580,8 +580,8 @@ def write(out, doc):
     meta = doc["meta"]
     parts = ["# unflush benchmark report", ""]
     # results.json keeps its keys sorted: the baseline first, as the run had it
-    names = sorted(meta["kernels"], key=lambda k: k != meta.get("baseline"))
-    kernels = ", ".join(f"{k} `{meta['kernels'][k]['release']}`" for k in names)
+    kernels = ", ".join(f"{k} `{meta['kernels'][k]['release']}`"
+                        for k in config_order(meta["kernels"], baseline(doc)))
     reps = f"{meta['reps']} repetition" + ("s" if meta["reps"] != 1 else "")
     parts += [f"- date: {meta['date']}, host {meta['host']}, lab {meta.get('lab_commit')}",
               f"- kernels: {kernels}"]
@@ -612,7 +612,7 @@ def write(out, doc):
     for exp_id in sorted(doc["experiments"], key=suite_order):
         parts += [f"## {exp_id}", "",
                   table(exp_id, doc["experiments"][exp_id], baseline(doc)), ""]
-        note = load_note(exp_id, doc["experiments"][exp_id])
+        note = load_note(exp_id, doc["experiments"][exp_id], baseline(doc))
         if note:
             parts += [note, ""]
         for title, png in plots.get(exp_id.split("/")[0], []):

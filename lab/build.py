@@ -243,12 +243,16 @@ def ensure_source(variant):
             "broken": tree.ensure_testing}[source]()
 
 
+def _lock_path(variant):
+    return paths.work_dir() / "locks" / f"build-{variant}.lock"
+
+
 @contextlib.contextmanager
 def build_lock(variant):
     """Held while `variant` is built: two makes in one build directory
     compile the same objects at once and break each other (fixdep finds
     the other's .d file gone), so a second build of it waits, and says so."""
-    path = paths.work_dir() / "locks" / f"build-{variant}.lock"
+    path = _lock_path(variant)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as lock:
         try:
@@ -359,8 +363,25 @@ def compiler_errors(log_text):
     return excerpt[:60], first.strip()
 
 
+def wait_for_build(variant):
+    """Return once no other process is building `variant`: `make test`
+    builds the debug kernel beside the tests, and those that boot it wait
+    here for that build instead of failing on a half-built kernel."""
+    path = _lock_path(variant)
+    if not path.exists():
+        return
+    with open(path) as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"the {variant} kernel is being built: waiting for that build to finish")
+            fcntl.flock(lock, fcntl.LOCK_SH)
+
+
 def built(variant):
-    """The kernel of a previous build, without building."""
+    """The kernel of a previous build, without building (after waiting for
+    one under way)."""
+    wait_for_build(variant)
     out = objdir(variant)
     image = image_path(variant, out)
     release_file = out / "include" / "config" / "kernel.release"

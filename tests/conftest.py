@@ -38,6 +38,7 @@ def pytest_addoption(parser):
 def pytest_collection_modifyitems(config, items):
     mark_fast(items)
     skip_arm64(config, items)
+    debug_kernel_last(items)
 
 
 def mark_fast(items):
@@ -58,6 +59,14 @@ def fresh_clone_for_fast_tests(request, tmp_path_factory, monkeypatch):
         monkeypatch.setenv("UNFLUSH_WORK", str(tmp_path_factory.mktemp("work")))
         monkeypatch.setenv("UNFLUSH_KERNEL_TARBALL",
                            "/nonexistent/fast-tests-have-no-kernel-source.tar.xz")
+
+
+def debug_kernel_last(items):
+    """The tests that boot the debug kernel run after all others (a stable
+    sort: each group keeps its order): `make test` builds that kernel at
+    idle priority beside the other tests, and build.built() waits for the
+    build if a test gets there first."""
+    items.sort(key=lambda item: item.get_closest_marker("debug_kernel") is not None)
 
 
 def skip_arm64(config, items):

@@ -145,6 +145,7 @@ def test_every_mode_passes_with_lazy_trials(modes):
             assert counters["pgmigrate_success"] >= pages, counters
 
 
+@pytest.mark.debug_kernel
 @pytest.mark.parametrize("mode", MODES)
 def test_mode_fails_without_its_rule(mode):
     """With its rule off, the mode must see the reader read through the
@@ -173,6 +174,7 @@ def teeth_param(test):
     return test
 
 
+@pytest.mark.debug_kernel
 @pytest.mark.parametrize("test", [teeth_param(t) for t in SELFTEST])
 def test_selftest_fails_without_its_rule(test):
     """The selftest's test, with its rule off on the debug kernel: the
@@ -184,6 +186,7 @@ def test_selftest_fails_without_its_rule(test):
     assert f"after the change, {seen}" in output, output[-3000:]
 
 
+@pytest.mark.debug_kernel
 def test_r6_alone_flushes_before_a_direct_write():
     """dio with R4 switched off: the open for writing no longer flushes, so
     only R6's check in invalidate_inode_pages2_range(), which the direct
@@ -236,6 +239,7 @@ CHECKER_WARNS = {"cow": "rule R3 missing", "write": "rule R4 or R6 missing",
 CHECKER_RULES = dict(RULES, reuse=R1 | R4 | R6, demote=R1 | R4 | R6)
 
 
+@pytest.mark.debug_kernel
 @pytest.mark.parametrize("mode", sorted(CHECKER_WARNS))
 def test_debug_checker_warns_without_the_rule(mode):
     kernel = build.built("debug")
@@ -254,6 +258,7 @@ def test_debug_checker_warns_without_the_rule(mode):
     assert CHECKER_WARNS[mode] in console, console[-3000:]
 
 
+@pytest.mark.debug_kernel
 @pytest.mark.parametrize("modes", GROUPS)
 def test_every_mode_passes_on_the_debug_kernel_without_warnings(modes):
     """All rules on, DEBUG_VM, KASAN, lockdep and the LUF checker: every mode
@@ -268,6 +273,7 @@ def test_every_mode_passes_on_the_debug_kernel_without_warnings(modes):
         assert rec["checks"]["luf_folios"] >= 50 * rec["pages_per_trial"], rec
 
 
+@pytest.mark.debug_kernel
 def test_the_series_selftest_passes_on_the_debug_kernel():
     """luf_hazards, all rules on: every test passes with lazy trials and its
     rule's flush, and the run fails on any splat."""

@@ -42,7 +42,7 @@ import pytest
 from lab import build, safety
 from stale_reads import ktap_exits, poke
 
-pytestmark = pytest.mark.vm
+pytestmark = [pytest.mark.vm, pytest.mark.debug_kernel]
 
 R1 = 1 << 0
 

@@ -42,7 +42,8 @@ def test_ktap_parser_reads_cases_and_suite():
 
 
 @pytest.mark.parametrize("variant", [
-    "debug", pytest.param("debug-arm64", marks=pytest.mark.arm64)])
+    pytest.param("debug", marks=pytest.mark.debug_kernel),
+    pytest.param("debug-arm64", marks=pytest.mark.arm64)])
 def test_luf_generations_kunit_passes_on_debug_kernel(variant):
     run = vm.run(build.built(variant), "dmesg", vm.VMShape(cpus=2, mem="1G",
                                                            timeout=600),

@@ -89,6 +89,7 @@ def test_shared_beyond_swap_map_max_on_patched():
     assert off["nr_tlb_anon_unmap_ptes_single"] >= MAPPINGS, off
 
 
+@pytest.mark.debug_kernel
 def test_shared_beyond_swap_map_max_on_debug():
     """The series under DEBUG_VM, lockdep and KASAN, switch at its default."""
     exits, _, text = run("debug", (None,))["None"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from lab import build, paths
+from lab.errors import LabError
 
 BUILT_BY_HAND = ("vanilla-distro", "patched-distro", "vanilla-debug")
 
@@ -71,3 +72,34 @@ def test_a_second_build_of_a_variant_waits_for_the_first(capsys):
     # another variant's build does not wait for it
     with build.build_lock("patched"), build.build_lock("vanilla"):
         pass
+
+
+def test_built_waits_for_a_build_under_way(capsys):
+    """`make test` builds the debug kernel beside the tests that boot it:
+    built() waits for a build another process holds, and says so, and then
+    judges what the build left (here nothing: not built)."""
+    import subprocess
+    import sys
+    import time
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import time\n"
+         "from lab import build\n"
+         "with build.build_lock('debug'):\n"
+         "    print('held', flush=True)\n"
+         "    time.sleep(1.5)\n"],
+        stdout=subprocess.PIPE, text=True, cwd=paths.ROOT)
+    assert holder.stdout.readline() == "held\n"
+    start = time.monotonic()
+    with pytest.raises(LabError, match="the debug kernel is not built"):
+        build.built("debug")
+    waited = time.monotonic() - start
+    holder.wait()
+    assert waited > 0.5
+    assert "the debug kernel is being built: waiting" in capsys.readouterr().err
+    # with no build under way it does not wait
+    start = time.monotonic()
+    with pytest.raises(LabError):
+        build.built("debug")
+    assert time.monotonic() - start < 0.5

@@ -668,6 +668,8 @@ def summarize(kr, baseline=None):
                         for t in kr.tests if t.status == "skip"],
             "failure_reasons": {t.name: t.reason for t in kr.tests if t.status == "fail"},
             "categories": sorted({t.category for t in kr.tests if t.category}),
+            # guest seconds of each category's programs, from the stamps
+            "category_seconds": category_seconds(kr.tests),
             # what each category moved: unmapping, swap, TLB shootdowns
             "counters": kr.counters,
             "subtests": {
@@ -734,6 +736,15 @@ def summarize(kr, baseline=None):
     entry["ok"] = not problems
     entry["problems"] = problems
     return entry
+
+
+def category_seconds(tests):
+    """Each category's guest seconds: the sum over its stamped programs."""
+    out = {}
+    for t in tests:
+        if t.category and t.seconds is not None:
+            out[t.category] = out.get(t.category, 0) + t.seconds
+    return dict(sorted(out.items()))
 
 
 def trials_entry(results, note):

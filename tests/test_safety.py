@@ -304,6 +304,16 @@ def test_skips_carry_reasons_in_the_summary():
     assert entry["selftests"]["subtests"]["skipped"][0]["reason"]
 
 
+def test_summary_gives_each_categorys_guest_seconds():
+    out = ("SAFETY-CATEGORY-BEGIN cow 100\nSAFETY-T 100\n# running ./cow\n"
+           "SAFETY-T 130\nok 1 cow\nSAFETY-T 131\n# running ./cow -x\n"
+           "SAFETY-T 133\nok 2 cow -x\nSAFETY-CATEGORY-END cow 0 133\n"
+           "SAFETY-CATEGORY-BEGIN mmap 140\nSAFETY-T 140\n# running ./map_fixed\n"
+           "SAFETY-T 141\nok 3 map_fixed\nSAFETY-CATEGORY-END mmap 0 141\n")
+    entry = safety.summarize(kernel_run("vanilla", out))
+    assert entry["selftests"]["category_seconds"] == {"cow": 32, "mmap": 1}
+
+
 def test_stress_errors_and_splats_fail_a_kernel():
     entry = safety.summarize(kernel_run("patched", MMAP, STRESS))
     assert entry["stress"]["errors"] == 1 and entry["stress"]["ops"] == 76636 + 15 + 12

@@ -15,10 +15,11 @@
                         a `run --insn-profile DIR` recorded
   package [--config lab|debian]
                         Debian packages (linux-image-...) of the series' kernel
-  check-series [--builds [--from N]] [--configs [NAME,...]]
+  check-series [--builds [--from N]] [--configs [NAME,...]] [--stack-frames]
                         checkpatch --strict each patch; build each (from patch
                         N on) with the series' options on and off; build the
-                        whole series in each configuration of config/matrix/
+                        whole series in each configuration of config/matrix/;
+                        record the stack frames the series' vm events grow
 """
 
 import argparse
@@ -156,6 +157,10 @@ def parser():
     c.add_argument("--configs", nargs="?", const="all", metavar="NAME,...",
                    help="also build the whole series in each configuration of "
                         "config/matrix/ (or those named), with no warning allowed")
+    c.add_argument("--stack-frames", action="store_true",
+                   help="instead, build the object with the largest copy of all vm "
+                        "events with -fstack-usage on vanilla and patched, and write "
+                        "the record docs/results/stack-frames/")
     c.add_argument("-j", "--jobs", type=int, help="parallel jobs (default: CPUs+1)")
     return p
 
@@ -215,6 +220,9 @@ def main(argv=None):
         if args.cmd == "package":
             from lab import package
             return package.main(args)
+        if args.cmd == "check-series" and args.stack_frames:
+            from lab import stack_frames
+            return stack_frames.run()
         if args.cmd == "check-series":
             from lab import series_check
             return series_check.run(args.builds, args.jobs, args.first, args.configs)

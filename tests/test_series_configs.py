@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from lab import build, paths, series_configs, tree
+from lab import build, paths, series_configs, stack_frames, tree
 from lab.errors import LabError
 
 
@@ -117,3 +117,19 @@ def test_a_clean_build_passes(monkeypatch, tmp_path):
     monkeypatch.setattr(build, "compile_dir", compile_)
     assert series_configs.build_one(tmp_path, "smp-off") >= 0
     assert (tmp_path / ".o-config-smp-off" / "build.log").exists()
+
+
+def test_stack_frames_reads_gcc_su_lines():
+    su = ("drivers/virtio/virtio_balloon.c:350:13:update_balloon_vm_stats\t1184\tstatic\n"
+          "drivers/virtio/virtio_balloon.c:90:12:tell_host\t48\tstatic\n"
+          "not a frame line\n")
+    assert stack_frames.parse_su(su) == {"update_balloon_vm_stats": 1184, "tell_host": 48}
+
+
+def test_stack_frames_report_gives_the_change():
+    results = {"vanilla": {"update_balloon_vm_stats": 936},
+               "patched": {"update_balloon_vm_stats": 1184},
+               "base": "6.12.118-1~deb12u1", "patches": 24, "compiler": "gcc 12.2.0"}
+    text = stack_frames.report(results)
+    assert "| `update_balloon_vm_stats()` | 936 | 1,184 | +248 |" in text
+    assert "python3 -m lab check-series --stack-frames" in text

@@ -186,15 +186,16 @@ def _default_sigint():
 
 def run_script(script, env):
     """Run @script with sh; its output, stderr folded in.  The script runs in
-    a process group of its own (setsid): on Ctrl-C (or any exception here) its programs get
-    SIGINT, on which they put back their own settings, and are waited for
-    (60 s at most, then killed), so that nothing is put back under them."""
+    a process group of its own, out of the terminal's reach (stdin is
+    /dev/null): on Ctrl-C (or any exception here) its programs get SIGINT,
+    on which they put back their own settings, and are waited for (60 s at
+    most, then killed), so that nothing is put back under them."""
     # SIGINT at its default: a shell started with it ignored (a background
     # job of a non-interactive shell, e.g. `nohup make bench &`) may not
     # trap it, and its programs would never put their settings back
-    proc = subprocess.Popen(["sh", "-c", script], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            preexec_fn=_default_sigint)
+    proc = subprocess.Popen(["sh", "-c", script], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            process_group=0, preexec_fn=_default_sigint)
     try:
         out, _ = proc.communicate()
     except BaseException:

@@ -15,7 +15,7 @@
                         a `run --insn-profile DIR` recorded
   package [--config lab|debian]
                         Debian packages (linux-image-...) of the series' kernel
-  check-series [--builds [--from N]] [--configs [NAME,...]] [--stack-frames]
+  check-series [--builds [--from N] [--arch A]] [--configs [NAME,...]] [--stack-frames]
                         checkpatch --strict each patch; build each (from patch
                         N on) with the series' options on and off; build the
                         whole series in each configuration of config/matrix/;
@@ -154,6 +154,9 @@ def parser():
     c.add_argument("--from", dest="first", type=int, metavar="N",
                    help="with --builds: start at patch N (1 = the first), for a series "
                         "whose earlier patches were built before")
+    c.add_argument("--arch", metavar="x86-64|arm64",
+                   help="with --builds: the architecture to build each patch for "
+                        "(default x86-64; arm64 is cross-built)")
     c.add_argument("--configs", nargs="?", const="all", metavar="NAME,...",
                    help="also build the whole series in each configuration of "
                         "config/matrix/ (or those named), with no warning allowed")
@@ -225,7 +228,8 @@ def main(argv=None):
             return stack_frames.run()
         if args.cmd == "check-series":
             from lab import series_check
-            return series_check.run(args.builds, args.jobs, args.first, args.configs)
+            return series_check.run(args.builds, args.jobs, args.first, args.configs,
+                                    args.arch)
         if args.cmd == "safety":
             from lab import safety
             return safety.main(args)

@@ -28,6 +28,10 @@ series as a whole):
               config/series-debug.config (the LUF checker, the KUnit
               test) on, and again with them all off, so that no patch
               depends on a later one and the series compiles out cleanly;
+              with --arch arm64, an arm64 Image of each (config/arm64.config
+              too, cross-built), where the options the architecture cannot
+              have yet at that patch (LUF before arm64 supports it) fall
+              away as Kconfig drops them;
   configs     (with --configs) the whole series builds, with no warning,
               in each configuration of config/matrix/: SMP, swap, THP,
               NUMA, migration or the counters off, everything that calls
@@ -44,6 +48,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 from lab import build, cover_letter, paths, series_configs, tree
 from lab.errors import LabError
@@ -253,38 +258,56 @@ def commits(src):
     return [tuple(line.split(" ", 1)) for line in log]
 
 
-def build_each(src, jobs=None, first=1):
+def build_each(src, jobs=None, first=1, arch=build.HOST_ARCH):
     """Build every commit of `src` from the `first`-th on with the series
-    options on and off; stop at the first failure with the patch's subject
-    in the message."""
+    options on and off, for `arch`; stop at the first failure with the
+    patch's subject in the message."""
     wt = worktree()
-    lab_config = paths.CONFIG / "lab.config"
-    off = off_fragment(wt / ".o-off")
+    base = [paths.CONFIG / "lab.config"]
+    make_args, compiler, target, suffix = (), "gcc", "bzImage", ""
+    if arch != build.HOST_ARCH:
+        make_args, compiler = build.cross_tools(f"patched-{arch}")
+        base.append(paths.CONFIG / f"{arch}.config")
+        target, suffix = Path(build.ARCHES[arch][3]).name, f"-{arch}"
+    off = off_fragment(wt / f".o-off{suffix}")
     results = []
     for i, (sha, subject) in enumerate(commits(src), 1):
         if i < first:
             continue
         tree.git(wt, "checkout", "-q", "--detach", sha)
         # "on" depends on what the tree at this patch defines, "off" does not
-        settings = {"on": [lab_config, on_fragment(wt, wt / ".o-on")],
-                    "off": [lab_config, off]}
+        settings = {"on": base + [on_fragment(wt, wt / f".o-on{suffix}")],
+                    "off": base + [off]}
         for name, frags in settings.items():
-            out = wt / f".o-{name}"
-            say(f"check-series: {i} {subject[:60]} (options {name})")
-            build.configure_dir(wt, out, frags)
+            out = wt / f".o-{name}{suffix}"
+            say(f"check-series: {i} {subject[:60]} (options {name}, {arch})")
+            # on another architecture only its own fragments must hold: the
+            # series' options arrive there with the patch that supports them
+            build.configure_dir(wt, out, frags, make_args,
+                                checked=None if not suffix or name == "off" else base)
             try:
-                build.compile_dir(wt, out, f"check-{name}", jobs)
+                build.compile_dir(wt, out, f"check-{name}{suffix}", jobs, target=target,
+                                  make_args=make_args, compiler=compiler)
             except LabError as err:
-                raise LabError(f"patch {i} ({subject}) does not build with the series "
-                               f"options {name}: {err}") from None
+                raise LabError(f"patch {i} ({subject}) does not build for {arch} with "
+                               f"the series options {name}: {err}") from None
             results.append((i, subject, name))
     return results
 
 
-def run(builds=False, jobs=None, first=None, configs=None):
+def run(builds=False, jobs=None, first=None, configs=None, arch=None):
     if first is not None and not builds:
         raise LabError("check-series --from N chooses where the builds start: "
                        "give it with --builds", exit_code=2)
+    if arch is not None and not builds:
+        raise LabError("check-series --arch chooses what the builds are for: "
+                       "give it with --builds", exit_code=2)
+    arch = arch or build.HOST_ARCH
+    if arch != build.HOST_ARCH:
+        if arch not in build.ARCHES:
+            raise LabError(f"check-series --arch {arch}: choose from "
+                           f"{', '.join((build.HOST_ARCH, *build.ARCHES))}", exit_code=2)
+        build.cross_tools(f"patched-{arch}")
     # bad names and missing compilers before the rest
     names = None if configs is None else series_configs.select_buildable(configs)
     first = 1 if first is None else first
@@ -330,8 +353,8 @@ def run(builds=False, jobs=None, first=None, configs=None):
             + ("ok" if not undefined else "FAILED, undefined: " + ", ".join(undefined)))
         if undefined:
             failed.append("checkkconfigsymbols")
-        done = build_each(src, jobs, first)
-        say(f"check-series: {len(done)} builds passed "
+        done = build_each(src, jobs, first, arch)
+        say(f"check-series: {len(done)} builds passed for {arch} "
             f"(patches {first} to {len(files)} x options on and off)")
     if names is not None:
         series_configs.build_all(names, jobs)

@@ -191,6 +191,16 @@ def test_a_bad_first_patch_is_refused_before_any_work(src, builds, first, messag
         series_check.run(builds=builds, first=first)
 
 
+@pytest.mark.parametrize("builds, arch, message", [
+    (False, "arm64", "give it with --builds"),
+    (True, "riscv", "choose from x86-64, arm64"),
+])
+def test_a_bad_arch_is_refused_before_any_work(builds, arch, message):
+    # refused before the tree is made: a fast test has no kernel source
+    with pytest.raises(LabError, match=message):
+        series_check.run(builds=builds, arch=arch)
+
+
 def _git(repo, *args):
     subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
                     *args], check=True, capture_output=True)

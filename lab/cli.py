@@ -148,6 +148,11 @@ def parser():
     pk.add_argument("--out", metavar="DIR",
                     help="where the .deb files go (default build/deb/CONFIG)")
     pk.add_argument("-j", "--jobs", type=int, help="parallel jobs (default: CPUs+1)")
+    pk.add_argument("--boot", action="store_true",
+                    help="then boot the packaged kernel in QEMU and check the series' "
+                         "switches and counters (recorded in DIR/package.json)")
+    pk.add_argument("--no-build", action="store_true",
+                    help="with --boot: boot the packages already in DIR")
     c = sub.add_parser("check-series", help="checkpatch and build every patch")
     c.add_argument("--builds", action="store_true",
                    help="also build the tree at every patch, series options on and off")

@@ -23,13 +23,15 @@ own kernels are never touched, and kbuild's paths stay those ccache has
 seen.
 """
 
+import json
 import lzma
+import os
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
-from lab import build, paths, tree
+from lab import bench, build, host, paths, tree, vm
 from lab.errors import LabError
 from lab.progress import say
 
@@ -203,8 +205,129 @@ def made_files(where):
                      for n in listed if n.endswith(".buildinfo")]
 
 
+# What a package build leaves beside its packages: how long it took and
+# how big they are, and with --boot what the packaged kernel showed.
+RECORD = "package.json"
+
+# What --boot runs in the packaged kernel: its release, the series'
+# switches and the series' counters.
+BOOT_SCRIPT = ("echo UNAME $(uname -r)\n"
+               "echo SWITCHES $(ls /sys/kernel/mm/tlb_batching)\n"
+               "grep '^nr_tlb_' /proc/vmstat\n")
+
+
+def build_steps(where):
+    """The compile and link steps of the last build in `where` (its log)."""
+    log = (where / "build.log").read_text(errors="replace")
+    return sum(1 for line in log.splitlines() if build.BUILD_STEP.match(line))
+
+
+def package_sizes(out):
+    """Each .deb in `out`: its size and what it installs (Installed-Size)."""
+    sizes = {}
+    for deb in sorted(out.glob("*.deb")):
+        field = subprocess.run(["dpkg-deb", "-f", str(deb), "Installed-Size"],
+                               capture_output=True, text=True, check=True).stdout
+        sizes[deb.name] = {"bytes": deb.stat().st_size,
+                           "installed_kib": int(field.strip() or 0)}
+    return sizes
+
+
+def write_record(out, **fields):
+    """Add `fields` to `out`'s record (a build's fields stay when --boot
+    adds its own later)."""
+    path = out / RECORD
+    data = json.loads(path.read_text()) if path.is_file() else {"format": 1}
+    data.update(fields)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def image_package(out, arch="amd64"):
+    """The one linux-image package for `arch` in `out`."""
+    debs = [d for d in sorted(out.glob(f"linux-image-*_{arch}.deb"))
+            if "-dbg_" not in d.name]
+    if len(debs) != 1:
+        raise LabError(f"{out} holds {len(debs)} linux-image packages for {arch}, "
+                       f"not one: build them with `python3 -m lab package`", exit_code=2)
+    return debs[0]
+
+
+def boot(deb, workdir, arch="amd64"):
+    """Boot the kernel of image package `deb`, unpacked into `workdir`, with
+    the lab's initramfs and BOOT_SCRIPT; what it showed.  vm.run reads the
+    kernel's build options from objdir/.config: the package's own, so a
+    kernel with jump labels (Debian's) runs its vCPUs in one thread."""
+    root, objdir = workdir / "root", workdir / "config"
+    objdir.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+    (image,) = (root / "boot").glob("vmlinuz-*")
+    release = image.name.removeprefix("vmlinuz-")
+    shutil.copy(root / "boot" / f"config-{release}", objdir / ".config")
+    kernel = build.Kernel(f"package {release}", image, release, objdir,
+                          build.HOST_ARCH if arch == "amd64" else arch)
+    icount = vm.built_option(kernel, "CONFIG_JUMP_LABEL") == "y"
+    shape = vm.VMShape(cpus=2, mem="1G", timeout=600, icount=icount)
+    start = time.monotonic()
+    result = vm.run(kernel, BOOT_SCRIPT, shape, logdir=workdir / "vm", quiet=True)
+    lines = result.output.splitlines()
+    uname = next((ln.split(None, 1)[1] for ln in lines if ln.startswith("UNAME ")), None)
+    switches = next((ln.split()[1:] for ln in lines if ln.startswith("SWITCHES")), [])
+    return {"package": deb.name, "release": release, "uname": uname,
+            "exit_code": result.exit_code, "icount": icount,
+            "seconds": round(time.monotonic() - start, 1),
+            "switches": switches,
+            "counters": [ln.split()[0] for ln in lines if ln.startswith("nr_tlb_")],
+            "config": root / "boot" / f"config-{release}",
+            "output": result.output}
+
+
+# The switches a series kernel has: 6.12 has no HVO on arm64, so no
+# hvo_flush there.
+ARCH_SWITCHES = {"amd64": host.SWITCHES,
+                 "arm64": tuple(s for s in host.SWITCHES if s != "hvo_flush")}
+
+
+def check_boot(seen, arch="amd64"):
+    """What a booted package lacks of the series: empty when nothing."""
+    wrong = []
+    if seen["exit_code"] != 0:
+        wrong.append(f"the guest exited {seen['exit_code']}")
+    if seen["uname"] != seen["release"]:
+        wrong.append(f"it ran as {seen['uname']!r}, not {seen['release']}")
+    missing = [s for s in ARCH_SWITCHES[arch] if s not in seen["switches"]]
+    if missing:
+        wrong.append(f"no switch {', '.join(missing)} in /sys/kernel/mm/tlb_batching")
+    if "nr_tlb_luf_folios" not in seen["counters"]:
+        wrong.append("no nr_tlb_luf_folios in /proc/vmstat")
+    return wrong
+
+
+def boot_and_record(out, arch):
+    deb = image_package(out, arch)
+    say(f"package: booting {deb.name} in QEMU")
+    workdir = paths.work_dir() / "deb" / "boot"
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    seen = boot(deb, workdir, arch)
+    wrong = check_boot(seen, arch)
+    write_record(out, boot={k: v for k, v in seen.items()
+                            if k not in ("config", "output")} | {"ok": not wrong})
+    if wrong:
+        raise LabError(f"the packaged kernel booted wrong: {'; '.join(wrong)} "
+                       f"(its output: {workdir / 'vm' / 'output.log'})")
+    say(f"package: {seen['uname']} booted with the switches "
+        f"{' '.join(seen['switches'])} and {len(seen['counters'])} nr_tlb_ counters")
+
+
 def main(args):
     check_args(args.config, args.arch)
+    if args.no_build:
+        if not args.boot:
+            raise LabError("--no-build builds nothing: add --boot to boot the "
+                           "packages already built", exit_code=2)
+        out = Path(args.out) if args.out else out_dir(args.config, args.arch)
+        boot_and_record(out, args.arch)
+        return 0
     check_tools(args.config)
     if args.config == "debian":
         check_debian_config()
@@ -213,9 +336,22 @@ def main(args):
         f"{LOCALVERSIONS[args.config]}; expect {ESTIMATES[args.config]}")
     start = time.monotonic()
     out, release = make_packages(args.config, args.jobs, args.out, args.arch)
-    minutes = (time.monotonic() - start) / 60
-    say(f"package: {release} in {minutes:.1f} min")
+    seconds = time.monotonic() - start
+    where = objdir(args.config, args.arch)
+    write_record(out, config=args.config, arch=args.arch, release=release,
+                 date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                 seconds=round(seconds), jobs=args.jobs or (os.cpu_count() or 2) + 1,
+                 steps=build_steps(where),
+                 objects=sum(1 for _ in where.rglob("*.o")),
+                 machine={k: host.machine()[k] for k in ("cpu_model", "cpus")},
+                 series_hash=tree.series_hash(),
+                 base_version=tree.installed_base_version(),
+                 lab_commit=bench._lab_commit(),
+                 packages=package_sizes(out))
+    say(f"package: {release} in {seconds / 60:.1f} min")
     for deb in sorted(out.glob("*.deb")):
         print(deb)
+    if args.boot:
+        boot_and_record(out, args.arch)
     say(f"package: install with `sudo dpkg -i {out}/linux-image-{release}_*.deb`")
     return 0

@@ -24,7 +24,6 @@ unfold) on vanilla-arm64 and with anon_unmap off, one range TLBI per folio
 and none by page with it on.
 """
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -319,21 +318,10 @@ def test_arm64_package_installs_and_boots(tmp_path):
     info = subprocess.run(["dpkg-deb", "-f", str(deb), "Architecture"],
                           capture_output=True, text=True, check=True).stdout
     assert info.strip() == "arm64"
-    root = tmp_path / "root"
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
-    config = root / "boot" / f"config-{release}"
-    assert config.read_text() == (build.built("patched-arm64").objdir / ".config").read_text()
-    objdir = tmp_path / "config"
-    objdir.mkdir()
-    shutil.copy(config, objdir / ".config")
-    kernel = build.Kernel("package-lab-arm64", root / "boot" / f"vmlinuz-{release}",
-                          release, objdir, "arm64")
-    run = vm.run(kernel, "uname -r; ls -1 /sys/kernel/mm/tlb_batching; "
-                 "grep -c '^nr_tlb_luf_folios ' /proc/vmstat",
-                 vm.VMShape(cpus=2, mem="1G", timeout=300), quiet=True)
-    lines = run.output.splitlines()
-    assert lines[0] == release, run.output
-    assert "luf" in lines and lines[-1] == "1", run.output
+    seen = package.boot(deb, tmp_path / "boot", "arm64")
+    assert seen["config"].read_text() == \
+        (build.built("patched-arm64").objdir / ".config").read_text()
+    assert package.check_boot(seen, "arm64") == [], seen["output"]
 
 
 @pytest.mark.vm

@@ -5,14 +5,15 @@ packaged vmlinuz booted in QEMU with the series' switches and counters.
 `make test` has built the patched kernel; the package re-links a copy of
 its object tree (lab/package.py), a minute or two."""
 
+import json
 import re
-import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from lab import build, host, package, paths, vm
+from lab import build, host, package, paths
 
 pytestmark = pytest.mark.vm
 
@@ -89,36 +90,36 @@ def test_packaged_config_is_the_patched_builds(unpacked):
 
 
 @pytest.fixture(scope="module")
-def booted(unpacked, tmp_path_factory):
-    """The packaged vmlinuz booted with the lab's initramfs.  vm.run reads
-    the kernel's build options from objdir/.config: the package's own."""
-    root, release = unpacked
-    objdir = tmp_path_factory.mktemp("packaged-config")
-    shutil.copy(root / "boot" / f"config-{release}", objdir / ".config")
-    kernel = build.Kernel("package-lab", root / "boot" / f"vmlinuz-{release}",
-                          release, objdir)
-    script = ("echo UNAME $(uname -r)\n"
-              "echo SWITCHES $(ls /sys/kernel/mm/tlb_batching)\n"
-              "grep '^nr_tlb_' /proc/vmstat\n")
-    result = vm.run(kernel, script, vm.VMShape(cpus=2, mem="1G", timeout=300),
-                    quiet=True)
-    assert result.exit_code == 0, result.output
-    return result.output, release
+def booted(image_deb, tmp_path_factory):
+    """The packaged vmlinuz booted with the lab's initramfs (package.boot(),
+    what `package --boot` runs)."""
+    deb, release = image_deb
+    seen = package.boot(deb, tmp_path_factory.mktemp("boot"))
+    assert seen["exit_code"] == 0, seen["output"]
+    return seen, release
 
 
 def test_packaged_kernel_runs_as_its_release(booted):
-    output, release = booted
-    assert f"UNAME {release}\n" in output
+    seen, release = booted
+    assert seen["uname"] == release, seen["output"]
 
 
 def test_packaged_kernel_has_the_series_switches(booted):
-    output, _ = booted
-    (line,) = [ln for ln in output.splitlines() if ln.startswith("SWITCHES")]
-    assert set(line.split()[1:]) >= set(host.SWITCHES), line
+    seen, _ = booted
+    assert set(seen["switches"]) >= set(host.SWITCHES), seen["output"]
 
 
 def test_packaged_kernel_has_the_series_counters(booted):
-    output, _ = booted
-    counters = {ln.split()[0] for ln in output.splitlines() if ln.startswith("nr_tlb_")}
-    missing = [c for c in SERIES_COUNTERS if c not in counters]
-    assert not missing, sorted(counters)
+    seen, _ = booted
+    missing = [c for c in SERIES_COUNTERS if c not in seen["counters"]]
+    assert not missing, sorted(seen["counters"])
+    assert package.check_boot(seen) == []
+
+
+def test_make_deb_records_its_build(packages):
+    out, listed = packages
+    record = json.loads((out / package.RECORD).read_text())
+    assert record["config"] == "lab" and record["steps"] > 0, record
+    assert sorted(record["packages"]) == sorted(Path(p).name for p in listed)
+    assert all(p["bytes"] > 0 and p["installed_kib"] > 0
+               for p in record["packages"].values()), record

@@ -2,12 +2,13 @@
 it builds anything: an unknown config or architecture, missing
 tools, too little disk, no Debian config."""
 
+import json
 import subprocess
 import sys
 
 import pytest
 
-from lab import package, paths
+from lab import host, package, paths
 from lab.errors import LabError
 
 
@@ -99,3 +100,47 @@ def test_only_the_files_this_build_listed_are_taken(tmp_path):
         "linux-libc-dev_6.12.117-7_amd64.deb",
         "linux-upstream_6.12.117-7_amd64.buildinfo",
         "linux-upstream_6.12.117-7_amd64.changes"]
+
+
+def test_no_build_without_boot_is_refused():
+    one_line_error(lab("package", "--no-build"), "--no-build builds nothing", "--boot")
+
+
+def test_booting_a_folder_without_one_image_package_is_refused(tmp_path):
+    one_line_error(lab("package", "--no-build", "--boot", "--out", str(tmp_path)),
+                   "0 linux-image packages for amd64", "python3 -m lab package")
+    for name in ("linux-image-6.12.1-a_1_amd64.deb", "linux-image-6.12.1-b_1_amd64.deb"):
+        (tmp_path / name).write_bytes(b"")
+    with pytest.raises(LabError, match="2 linux-image packages"):
+        package.image_package(tmp_path)
+    (tmp_path / "linux-image-6.12.1-b_1_amd64.deb").unlink()
+    (tmp_path / "linux-image-6.12.1-a-dbg_1_amd64.deb").write_bytes(b"")
+    assert package.image_package(tmp_path).name == "linux-image-6.12.1-a_1_amd64.deb"
+
+
+def booted(**changed):
+    seen = {"exit_code": 0, "release": "6.12.1-unflush", "uname": "6.12.1-unflush",
+            "switches": list(host.SWITCHES),
+            "counters": ["nr_tlb_remote_flush", "nr_tlb_luf_folios"]}
+    return {**seen, **changed}
+
+
+def test_a_boot_is_judged_by_its_release_switches_and_counters():
+    assert package.check_boot(booted()) == []
+    assert package.check_boot(booted(exit_code=1)) == ["the guest exited 1"]
+    assert package.check_boot(booted(uname="6.12.1-amd64")) == [
+        "it ran as '6.12.1-amd64', not 6.12.1-unflush"]
+    assert package.check_boot(booted(switches=["luf"], counters=[])) == [
+        "no switch zap_ptes, anon_unmap, unmap_flush, hvo_flush in "
+        "/sys/kernel/mm/tlb_batching", "no nr_tlb_luf_folios in /proc/vmstat"]
+    # arm64 has no HVO in 6.12, so no hvo_flush
+    arm64 = [s for s in host.SWITCHES if s != "hvo_flush"]
+    assert package.check_boot(booted(switches=arm64), "arm64") == []
+    assert package.check_boot(booted(switches=arm64)) != []
+
+
+def test_the_record_keeps_the_build_when_a_boot_is_added(tmp_path):
+    package.write_record(tmp_path, config="debian", seconds=7)
+    package.write_record(tmp_path, boot={"ok": True})
+    record = json.loads((tmp_path / package.RECORD).read_text())
+    assert record == {"format": 1, "config": "debian", "seconds": 7, "boot": {"ok": True}}

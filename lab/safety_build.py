@@ -40,9 +40,10 @@ TOOLS = [Path("/usr/bin/ps"), Path("/usr/bin/pgrep"), Path("/usr/bin/killall"),
 GUEST_MM = "safety/mm"          # where the selftests live in the guest
 GUEST_BIN = "safety/bin"        # stress-ng
 # Debian 6.12's khugepaged.c uses KSFT_SKIP without including the header
-# that defines it.  Defining it the same way (4) on the command line lets it
-# build without touching the source; the other programs see an identical,
-# hence harmless, redefinition.
+# that defines it (the series' last patch fixes that; vanilla's does not
+# have it).  Defining it the same way (4) on the command line lets vanilla's
+# build without touching the source; the other programs, and the series'
+# khugepaged.c, see an identical, hence harmless, redefinition.
 EXTRA_CFLAGS = "-DKSFT_SKIP=4"
 LDD_LINE = re.compile(r"^\s*(?:(\S+) => )?(/\S+) \(0x[0-9a-f]+\)$")
 

@@ -120,6 +120,7 @@ def test_make_deb_records_its_build(packages):
     out, listed = packages
     record = json.loads((out / package.RECORD).read_text())
     assert record["config"] == "lab" and record["steps"] > 0, record
+    assert record["cpu_seconds"] > 0 and record["seconds"] > 0, record
     assert sorted(record["packages"]) == sorted(Path(p).name for p in listed)
     assert all(p["bytes"] > 0 and p["installed_kib"] > 0
                for p in record["packages"].values()), record

@@ -300,13 +300,19 @@ def source_id(variant):
     return f"{head} {fragments_digest(fragments(variant))[:16]}\n"
 
 
+def make_jobs(jobs=None):
+    """make's -j: `jobs`, or one more than the CPUs, so that a job waiting
+    on its files leaves no CPU idle."""
+    return jobs or (os.cpu_count() or 2) + 1
+
+
 def compile_dir(src, out, name, jobs=None, target="bzImage", make_args=(),
                 compiler="gcc", localversion=None):
     """make `target` (bzImage) in `out`, showing progress; `name` is the
     build's name in messages and, unless `localversion` is given, in
     `uname -r`.  `make_args` and `compiler` are for building another
     architecture."""
-    jobs = jobs or (os.cpu_count() or 2) + 1
+    jobs = make_jobs(jobs)
     ccache_dir = paths.cache_dir() / "ccache"
     env = {
         "CCACHE_DIR": str(ccache_dir),

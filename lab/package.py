@@ -25,7 +25,6 @@ seen.
 
 import json
 import lzma
-import os
 import resource
 import shutil
 import subprocess
@@ -342,13 +341,14 @@ def main(args):
     # the compilers' CPU time: what the build costs whatever else ran beside it
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     where = objdir(args.config, args.arch)
+    machine = host.machine()
     write_record(out, config=args.config, arch=args.arch, release=release,
                  date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                  seconds=round(seconds), cpu_seconds=round(used.ru_utime + used.ru_stime),
-                 jobs=args.jobs or (os.cpu_count() or 2) + 1,
+                 jobs=build.make_jobs(args.jobs),
                  steps=build_steps(where),
                  objects=sum(1 for _ in where.rglob("*.o")),
-                 machine={k: host.machine()[k] for k in ("cpu_model", "cpus")},
+                 machine={k: machine[k] for k in ("cpu_model", "cpus")},
                  series_hash=tree.series_hash(),
                  base_version=tree.installed_base_version(),
                  lab_commit=bench._lab_commit(),

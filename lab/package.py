@@ -51,8 +51,9 @@ ESTIMATES = {
     "lab": "about 2 minutes from a built patched kernel (measured: a copy, a "
            "re-link and the packaging), plus the patched build when it is stale",
     "debian": "about 4.4 CPU hours, 2 or more hours on 2 cores: Debian's config "
-              "builds the whole kernel and thousands of modules (measured: "
-              "docs/results/package-debian; later builds reuse ccache)",
+              "builds the whole kernel and thousands of modules (estimated "
+              "from a measured part of one: docs/results/package-debian; later "
+              "builds reuse ccache)",
 }
 
 # program -> Debian package, all in lab/deps.py's list

@@ -126,16 +126,27 @@ def terminate_as_interrupt():
             signal.signal(s, handler)
 
 
-def check_machine():
+def check_machine(experiments):
     """Refuse, with what to do, a machine the programs cannot run on."""
     if os.geteuid() != 0:
         raise LabError("bench --host must run as root (it sets sysctls, switches and "
                        "memory cgroups): run `sudo python3 -m lab bench --host`",
                        exit_code=2)
-    if not (root() / "sys/fs/cgroup/cgroup.controllers").is_file():
-        raise LabError("bench --host needs cgroup v2 at /sys/fs/cgroup (there is no "
-                       "cgroup.controllers): boot with systemd.unified_cgroup_hierarchy=1 "
-                       "or mount cgroup2 there", exit_code=2)
+    in_memcg = [e.id for e in experiments if e.memcg]
+    if not in_memcg:
+        return
+    controllers = _read(root() / "sys/fs/cgroup/cgroup.controllers")
+    if controllers is None or "memory" not in controllers.split():
+        where = ("there is no cgroup.controllers" if controllers is None
+                 else "its memory controller is bound to cgroup v1")
+        raise LabError(f"{_listed(in_memcg)} run in a memory cgroup, which needs cgroup v2 "
+                       f"at /sys/fs/cgroup ({where}): boot with "
+                       "systemd.unified_cgroup_hierarchy=1, or leave them out with -e",
+                       exit_code=2)
+
+
+def _listed(names):
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def find_switches(settings):
@@ -358,7 +369,7 @@ def fold(text, exp, rnd, counts, results, failures):
 def run(experiments, reps, quick, llama=None):
     """Every experiment in every configuration, @reps rounds: (results,
     failures, meta) as a VM bench makes them.  @llama: llama_args()."""
-    check_machine()
+    check_machine(experiments)
     env = program_env()
     needs_data = any(suite.GROUPS[e.group].needs_data_disk and
                      suite.GROUPS[e.group].data_disk == "models" for e in experiments)

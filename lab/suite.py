@@ -32,6 +32,9 @@ class Experiment:
     group: str
     switch: str | None = None
     seed: str = ""
+    # runs in a memory cgroup of its own (guest/lib/memcg.c), so it needs
+    # cgroup v2 with the memory controller: a VM always has it, a host may not
+    memcg: bool = False
 
 
 @dataclass
@@ -100,10 +103,10 @@ def _experiments():
     out.append(Experiment("migrate-loop/single", "migrate-loop --shape single", "numa",
                           "unmap_flush", "004"))
     out.append(Experiment("ro-reclaim-tiering", f"ro-reclaim-tiering --files {MODEL_FILES}",
-                          "numa", "luf", "001"))
+                          "numa", "luf", "001", memcg=True))
     # ... without tiering: reclaim alone takes the pages
     out.append(Experiment("ro-reclaim", f"ro-reclaim-tiering --files {MODEL_FILES}",
-                          "reclaim", "luf", "001"))
+                          "reclaim", "luf", "001", memcg=True))
     # LUF in compaction: node 1 compacted around a read-only mapped file
     out.append(Experiment("compact-ro", "compact-ro --file /data/model0",
                           "numa", "luf", "001"))
@@ -114,7 +117,7 @@ def _experiments():
     for what in ("write", "fault", "alloc-latency"):
         out.append(Experiment(f"luf-cost/{what}",
                               f"luf-cost {what} --threads 2 --files {MODEL_FILES}",
-                              "luf-cost", "luf", "001"))
+                              "luf-cost", "luf", "001", memcg=True))
     # ... and the same work beside that load held to a rate every
     # configuration reaches: flat out, LUF's load runs about twice as fast,
     # so the flat-out phases compare work beside twice the reclaim (and,
@@ -123,10 +126,12 @@ def _experiments():
     for what in ("write", "fault", "alloc-latency"):
         out.append(Experiment(f"luf-cost/{what}/paced",
                               f"luf-cost {what} --threads 2 --load-rate {PACED_LOAD_RATE} "
-                              f"--files {MODEL_FILES}", "luf-cost", "luf", "001"))
+                              f"--files {MODEL_FILES}", "luf-cost", "luf", "001",
+                              memcg=True))
     # the real thing: three llama.cpp inferences over mmapped GGUF models
     out.append(Experiment("llama-tiering", f"llama-tiering --llama /data/llama-simple "
-                          f"--models {LLAMA_MODELS}", "llama", "luf", "001"))
+                          f"--models {LLAMA_MODELS}", "llama", "luf", "001",
+                          memcg=True))
     for hvo in (0, 1):
         out.append(Experiment(f"hugetlb-hvo/hvo={hvo}",
                               f"hugetlb-hvo --hvo {hvo}", "hugetlb",

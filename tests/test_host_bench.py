@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import bench, datadisk, host
+from lab import bench, datadisk, host, suite
 from lab.errors import LabError
 
 CONFIGS = ["host", "host/zap_ptes=0", "host/anon_unmap=0", "host/unmap_flush=0",
@@ -193,9 +193,9 @@ def test_only_the_switches_there_make_configurations(machine, tmp_path):
         "host", "host/zap_ptes=0", "host/unmap_flush=0"]
 
 
-def refused(tmp_path, *words):
+def refused(tmp_path, *words, experiment="swap-loop"):
     with pytest.raises(LabError) as err:
-        bench.main(bench_args(tmp_path / "out", "swap-loop"))
+        bench.main(bench_args(tmp_path / "out", experiment))
     message = str(err.value)
     assert "\n" not in message
     for w in words:
@@ -209,11 +209,42 @@ def test_refuses_without_root(machine, tmp_path, monkeypatch):
     assert machine.calls == []
 
 
-def test_refuses_without_cgroup_v2(machine, tmp_path):
+@pytest.mark.parametrize("controllers", [None, "cpuset cpu io pids\n"])
+def test_refuses_a_memcg_experiment_without_cgroup_v2_memory(machine, tmp_path,
+                                                             controllers):
+    path = Path(os.environ["UNFLUSH_HOST_ROOT"]) / "sys/fs/cgroup/cgroup.controllers"
+    if controllers is None:
+        path.unlink()
+    else:
+        path.write_text(controllers)
+    why = "there is no cgroup.controllers" if controllers is None else "cgroup v1"
+    refused(tmp_path, "ro-reclaim-tiering run in a memory cgroup", "cgroup v2", why,
+            "leave them out with -e", experiment="ro-reclaim-tiering")
+    assert machine.calls == []
+
+
+def test_runs_without_cgroup_v2_what_needs_no_memory_cgroup(machine, tmp_path):
+    """A hybrid-cgroup host (memory on v1) still runs the experiments
+    that make no memory cgroup."""
     root = Path(os.environ["UNFLUSH_HOST_ROOT"])
     (root / "sys/fs/cgroup/cgroup.controllers").unlink()
-    refused(tmp_path, "cgroup v2", "cgroup.controllers")
-    assert machine.calls == []
+    bench.main(bench_args(tmp_path / "out", "swap-loop", reps=1))
+    assert machine.calls
+    assert (tmp_path / "out/report.md").is_file()
+
+
+def test_memcg_marks_the_programs_that_make_a_memory_cgroup():
+    """suite's memcg field against the sources: a program that calls
+    memcg_create(), itself or through roload_start() (guest/lib/roload.c),
+    is marked; one that calls neither is not."""
+    guest = Path(__file__).resolve().parent.parent / "guest"
+    roload = (guest / "lib/roload.c").read_text()
+    start = roload[roload.index("struct roload *roload_start("):]
+    assert "memcg_create(" in start[:start.index("\n}\n")]
+    for exp in suite.EXPERIMENTS:
+        text = (guest / f"{exp.command.split()[0]}.c").read_text()
+        makes = "memcg_create(" in text or "roload_start(" in text
+        assert exp.memcg == makes, exp.id
 
 
 def test_refuses_a_switch_directory_without_switches(machine, tmp_path):

@@ -139,10 +139,11 @@ def check_machine(experiments):
     if controllers is None or "memory" not in controllers.split():
         where = ("there is no cgroup.controllers" if controllers is None
                  else "its memory controller is bound to cgroup v1")
-        raise LabError(f"{_listed(in_memcg)} run in a memory cgroup, which needs cgroup v2 "
-                       f"at /sys/fs/cgroup ({where}): boot with "
-                       "systemd.unified_cgroup_hierarchy=1, or leave them out with -e",
-                       exit_code=2)
+        one = len(in_memcg) == 1
+        raise LabError(f"{_listed(in_memcg)} {'runs' if one else 'run'} in a memory cgroup, "
+                       f"which needs cgroup v2 at /sys/fs/cgroup ({where}): boot with "
+                       "systemd.unified_cgroup_hierarchy=1, or leave "
+                       f"{'it' if one else 'them'} out with -e", exit_code=2)
 
 
 def _listed(names):

@@ -218,8 +218,18 @@ def test_refuses_a_memcg_experiment_without_cgroup_v2_memory(machine, tmp_path,
     else:
         path.write_text(controllers)
     why = "there is no cgroup.controllers" if controllers is None else "cgroup v1"
-    refused(tmp_path, "ro-reclaim-tiering run in a memory cgroup", "cgroup v2", why,
-            "leave them out with -e", experiment="ro-reclaim-tiering")
+    refused(tmp_path, "ro-reclaim-tiering runs in a memory cgroup", "cgroup v2", why,
+            "leave it out with -e", experiment="ro-reclaim-tiering")
+    assert machine.calls == []
+
+
+def test_the_memcg_refusal_names_several_experiments(machine, tmp_path):
+    (Path(os.environ["UNFLUSH_HOST_ROOT"]) / "sys/fs/cgroup/cgroup.controllers").unlink()
+    with pytest.raises(LabError) as err:
+        bench.main(bench_args(tmp_path / "out", "luf-cost", "swap-loop"))
+    assert "luf-cost/write, luf-cost/fault, luf-cost/alloc-latency and 3 more run " \
+        "in a memory cgroup" in str(err.value)
+    assert "leave them out with -e" in str(err.value)
     assert machine.calls == []
 
 

@@ -48,8 +48,9 @@ DISK_GIB = {"lab": 2, "debian": 25}
 
 # The estimate printed up front (README.md, "On your own machine").
 ESTIMATES = {
-    "lab": "about 2 minutes from a built patched kernel (measured: a copy, a "
-           "re-link and the packaging), plus the patched build when it is stale",
+    "lab": "a minute or less from a built patched kernel (a copy, a re-link and "
+           "the packaging: 33 s in docs/results/make-test-cold), plus the patched "
+           "build when it is stale",
     "debian": "about 4.4 CPU hours, 2 or more hours on 2 cores: Debian's config "
               "builds the whole kernel and thousands of modules (estimated "
               "from a measured part of one: docs/results/package-debian; later "

@@ -5,9 +5,9 @@ sizes, swap reached, pages migrated, reclaim happened, hugetlb pages
 allocated, llama.cpp's inferences under reclaim and demotion).  Speed is
 the report's business, not a test's.
 
-llama-tiering needs llama.cpp, built once per version (about 2 minutes on
-an idle 2-core host): `make test` builds it at idle priority beside the
-tests, and the bench waits for that build if it gets there first.  Its
+llama-tiering needs llama.cpp, built once per version: `make test` builds
+it at idle priority beside the tests (564 s in docs/results/make-test-cold),
+and the bench waits for that build if it gets there first.  Its
 three quick boots take about 45 s each.
 """
 

@@ -568,16 +568,19 @@ def run_kernel(variant, soak, layer, outdir, parts=PARTS, categories=None):
     return kr
 
 
-def run_selftests_alone(variant, names):
+def run_selftests_alone(variant, names, icount=False):
     """Boot `variant` once for the selftest categories `names`: (parsed
     tests, the guest's output, guest errors).  For tests of one category
-    on a kernel the quick suite does not run (the broken ones)."""
+    on a kernel the quick suite does not run (the broken ones).  `icount`:
+    all vCPUs in one host thread, as the suite boots kernels with jump
+    labels (one_tcg_thread())."""
     kernel = build.built(variant)
     mm, _ = safety_build.build_selftests()
     kr = KernelRun(variant, kernel.release)
     cats = [c for c in CATEGORIES if c.name in names]
     shape = dataclasses.replace(selftest_shape(False, variant),
-                                timeout=_budget(cats, variant) + 120)
+                                timeout=_budget(cats, variant) + 120,
+                                icount=icount)
     out = run_guest(kernel, "selftests", selftest_script(cats, variant), shape,
                     vm.new_logdir(kernel), kr, safety_build.layer(mm))
     return parse.parse_vmtests(out), out, kr.errors

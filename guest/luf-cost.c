@@ -6,9 +6,9 @@
  * reclaim or migration unmaps it, and pays for that elsewhere: a check of
  * the mm's note before a fault makes a PTE writable (R3), a check of the
  * file's note when a file is opened for writing (R4), and freed pages held
- * back from the allocator until their flush.  Its issue asks that writes,
- * page faults and unrelated allocations stay within the run-to-run spread of
- * LUF switched off while a load makes LUF work.  This program runs that
+ * back from the allocator until their flush.  That must keep writes, page
+ * faults and unrelated allocations within the run-to-run spread of LUF
+ * switched off while a load makes LUF work.  This program runs that
  * load in the background (lib/roload.c: seed 001's read-only streaming in a
  * memory cgroup too small for it, with demotion to a CPU-less node if there
  * is one) and measures each of those operations in the foreground, outside

@@ -242,8 +242,8 @@ def switch_verdicts(doc):
     """(experiment, kernel, switch, metric, off's, on's, verdict) for every
     cost of every kernel with its mechanism on against the same kernel with
     it switched off (`patched` against `patched/luf=0`), two repetitions
-    each at least: the yardstick an issue's "within the spread of the
-    switch off" asks for, which needs no vanilla in the run."""
+    each at least: the yardstick "within the spread of the switch off",
+    which needs no vanilla in the run."""
     out, mode = [], doc["meta"]["mode"]
     for exp_id in sorted(doc["experiments"], key=suite_order):
         configs = doc["experiments"][exp_id]

@@ -243,8 +243,11 @@ def export():
     for stray in paths.PATCHES.glob("*.patch"):
         stray.unlink()
     paths.PATCHES.mkdir(exist_ok=True)
-    out = git(tree, "format-patch", "--no-signature", "--zero-commit",
-              "-o", str(paths.PATCHES), f"{BASE_TAG}..HEAD").stdout.split()
+    # a fixed abbreviation of the index lines' hashes: git's own grows with
+    # the tree's object count, and would rewrite every patch on export
+    out = git(tree, "-c", "core.abbrev=9", "format-patch", "--no-signature",
+              "--zero-commit", "-o", str(paths.PATCHES),
+              f"{BASE_TAG}..HEAD").stdout.split()
     names = [Path(p).name for p in out]
     (paths.PATCHES / "series").write_text("".join(n + "\n" for n in names))
     if names:

@@ -146,7 +146,8 @@ struct lufstat {
 static const char *const other_flushes[] = {
 	"nr_tlb_flush_luf_special", "nr_tlb_flush_luf_keep",
 	"nr_tlb_flush_luf_mm", "nr_tlb_flush_luf_file",
-	"nr_tlb_flush_luf_inval", "nr_tlb_flush_luf_bbm", NULL };
+	"nr_tlb_flush_luf_inval", "nr_tlb_flush_luf_bbm",
+	"nr_tlb_flush_luf_fill", NULL };
 
 static void vmreader_open(struct vmreader *r)
 {

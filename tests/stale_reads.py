@@ -87,6 +87,11 @@ RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm",),
                 "truncate": ("nr_tlb_flush_luf_file", "nr_tlb_flush_luf_inval"),
                 # the block device's new writer (R4 extended to devices)
                 "bdev": ("nr_tlb_flush_luf_file",),
+                # the page cache filled again from blocks changed below the
+                # filesystem (R9)
+                "loop-backing": ("nr_tlb_flush_luf_fill",),
+                "partition": ("nr_tlb_flush_luf_fill",),
+                "loop-change-fd": ("nr_tlb_flush_luf_fill",),
                 "reuse": ("nr_tlb_flush_luf_special",),
                 "demote": ("nr_tlb_flush_luf_special",),
                 "anon-write": ("nr_tlb_flush_luf_mm",),

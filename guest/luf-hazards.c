@@ -77,6 +77,16 @@
  *             a memory cgroup of their own, which main leaves before the
  *             trials, and the helper's memory.reclaim of it, anonymous
  *             only, demotes them;
+ *   loop-backing, partition, loop-change-fd, dm-linear, dm-reload  R9:
+ *             the file's blocks change below its filesystem's device, on a
+ *             stack of the mode's own in --dir, made before the mount: the
+ *             loop device's backing image written; a partition of the
+ *             mounted whole disk that covers the filesystem written; the
+ *             loop device under dm-linear written; the other of two images
+ *             made the loop device's (LOOP_CHANGE_FD, before the take-away:
+ *             the ioctl flushes every TLB) or the dm-linear device's (a
+ *             table load into a read-only device).  Then, as in bdev, the
+ *             read-back fills the evicted index from the new blocks;
  *   compact   R1, as reuse, but the pages are taken by compaction, which
  *             migrates them within the CPU-less node 1 (their page cache is
  *             read there) and frees its lazy sources itself when it ends:
@@ -121,7 +131,8 @@
 
 static const char usage[] =
 "usage: luf-hazards bdev|bdev-closed|reuse|demote|anon-write|anon-force|\n"
-"                   anon-reuse|anon-move|anon-demote|compact\n"
+"                   anon-reuse|anon-move|anon-demote|compact|loop-backing|\n"
+"                   partition|loop-change-fd|dm-linear|dm-reload\n"
 "                   [--trials N]\n"
 "                   [--pages N] [--dir DIR] [--linger N] [--disable-rules MASK]\n"
 "                   [--keep-going] [--quick]\n"
@@ -150,6 +161,14 @@ static const char usage[] =
 "               data the file reads back.  Both bdev modes unmount and\n"
 "               mount the filesystem of --dir again before the first trial\n"
 "               and after each one (nothing else may be using it)\n"
+"  loop-backing, partition, loop-change-fd, dm-linear, dm-reload\n"
+"               R9: an ext2 on a loop device over an image in --dir (the\n"
+"               whole loop device, partitioned; or dm-linear over it); the\n"
+"               helper writes the image, a partition covering the\n"
+"               filesystem, or the loop device under dm, or makes a second\n"
+"               image the one read (LOOP_CHANGE_FD; a dm table load), then\n"
+"               reads the file back like bdev; the reader must see the\n"
+"               new data\n"
 "  reuse        R1: the helper releases the held pages (the luf switch off\n"
 "               and on) and fills fresh pages with a canary, which gets them\n"
 "               (PFNs); the reader must never see it\n"
@@ -194,7 +213,7 @@ static const char usage[] =
 "\n"
 "  --trials N   lazy trials to run (default 1000, --quick 200)\n"
 "  --pages N    pages per trial (default 4, demote, anon-demote, compact\n"
-"               and the bdev modes 1;\n"
+"               and the bdev and R9 modes 1;\n"
 "               at most 64)\n"
 "  --dir DIR    where to make the files: a disk filesystem (not tmpfs: LUF\n"
 "               acts on clean page cache) the program can write (default\n"
@@ -204,7 +223,8 @@ static const char usage[] =
 "  --disable-rules MASK\n"
 "               write MASK to /sys/kernel/debug/luf/disable_rules\n"
 "               (CONFIG_DEBUG_LUF; 0 again at exit): bit 0 R1, 1 R3, 2 R4,\n"
-"               3 R5 (userfaultfd), 4 R6; to see a mode fail without its rule\n"
+"               3 R5 (userfaultfd), 4 R6, 6 R9; to see a mode fail without\n"
+"               its rule\n"
 "  --keep-going do not stop after the first trial with a violation\n"
 "  --quick      fewer trials, for CI\n"
 "\n"
@@ -270,7 +290,8 @@ struct uffdio_move {
 #define NEW_MAGIC	0x4E3E3000ULL	/* high 32 bits of word 0 of new data */
 
 enum mode { BDEV, BDEV_CLOSED, REUSE, DEMOTE, ANON_WRITE, ANON_FORCE,
-	    ANON_REUSE, ANON_MOVE, ANON_DEMOTE, COMPACT };
+	    ANON_REUSE, ANON_MOVE, ANON_DEMOTE, COMPACT, LOOP_BACKING,
+	    PARTITION, LOOP_CHANGE_FD, DM_LINEAR, DM_RELOAD };
 static const struct {
 	const char *rule;
 	enum after_done after;
@@ -285,9 +306,14 @@ static const struct {
 	[ANON_MOVE]  = { "R5",  AFTER_NEW },
 	[ANON_DEMOTE] = { "R1", AFTER_SAME },
 	[COMPACT]  = { "R1",    AFTER_SAME },
+	[LOOP_BACKING] = { "R9", AFTER_NEW },
+	[PARTITION] = { "R9",   AFTER_NEW },
+	[LOOP_CHANGE_FD] = { "R9", AFTER_NEW },
+	[DM_LINEAR] = { "R9",   AFTER_NEW },
+	[DM_RELOAD] = { "R9",   AFTER_NEW },
 };
 enum op { OP_TAKE = 1, OP_BDEV, OP_BDEV_WRITE, OP_BDEV_CHECK, OP_REUSE,
-	  OP_DROP };
+	  OP_DROP, OP_BELOW };
 
 static enum mode mode;
 static int lower_node = -1;	/* demote, compact: the CPU-less node */
@@ -327,6 +353,37 @@ static bool bdev_mode(void)
 {
 	return mode == BDEV || mode == BDEV_CLOSED;
 }
+
+/* the modes that change the file's blocks below its filesystem's device */
+static bool below_mode(void)
+{
+	return mode == LOOP_BACKING || mode == PARTITION ||
+	       mode == LOOP_CHANGE_FD || mode == DM_LINEAR || mode == DM_RELOAD;
+}
+
+/* the modes whose trials change the blocks and read the file back */
+static bool blocks_mode(void)
+{
+	return bdev_mode() || below_mode();
+}
+
+/*
+ * The below modes' stack, made in --dir: images, loop devices, a partition
+ * or a device-mapper device, and the filesystem of the test file mounted
+ * at stack.mnt from stack.fs_dev.  stack.img[1] and stack.loop[1] are the
+ * second image and its loop device of the modes that swap one for the
+ * other (loop-change-fd, dm-reload); stack.live says which one the
+ * filesystem reads now.
+ */
+static struct {
+	char img[2][256], loop[2][64], fs_dev[64], mnt[256], dm[32];
+	int *file_fd;			/* the test file's, closed first */
+	int write_fd;			/* partition, dm-linear: bdev_path's */
+	unsigned long long sectors;	/* of the image */
+	long long write_base;		/* byte offset of the fs on bdev_path */
+	int live;
+	bool mounted;
+} stack;
 
 /* the modes whose pages are main's own, kept from the helper by fork() */
 static bool own_anon_mode(void)
@@ -484,9 +541,90 @@ static void helper_bdev_write(void)
 	close(fd);
 }
 
+/*
+ * The below modes: new data over the trial's pages, reaching the blocks
+ * under the filesystem by a route that opens neither the file nor the
+ * mounted device for writing: the loop device's backing image written
+ * (loop-backing); the partition that covers the filesystem's blocks on
+ * the mounted whole disk (partition); the loop device under dm-linear
+ * (dm-linear); or the other image, then made the one the filesystem reads
+ * by LOOP_CHANGE_FD (loop-change-fd) or by a device-mapper table load
+ * (dm-reload).  Then the file read back, as in the bdev modes: the page
+ * cache fills the evicted index from the new blocks.  loop-change-fd does
+ * this before the take-away, while the page is cached and mapped, and
+ * reads back after it: the ioctl makes every CPU flush its whole TLB
+ * (function-call IPIs, two or three a trial more than the other modes
+ * send), so done after the take-away it flushed the reader's stale entry
+ * itself, and with R9 off 20 lazy trials saw no violation.
+ */
+static void helper_below(void)
+{
+	static uint64_t buf[TRIAL_MAX_PAGES][PAGE_WORDS]
+		__attribute__((aligned(PAGE_SIZE_4K)));
+	size_t len = ctl->npages * PAGE_SIZE_4K;
+	int n = len / fs_block, fd = helper_open_file(), block, other;
+	bool swap = mode == LOOP_CHANGE_FD || mode == DM_RELOAD;
+	const char *target;
+
+	if (fd < 0)
+		return;
+	for (int i = 0; i < ctl->npages; i++)
+		fill_page(buf[i], ctl->new.index[i], ctl->new.tag);
+	other = !stack.live;
+	target = swap || mode == LOOP_BACKING ? stack.img[swap ? other : 0] :
+		 bdev_path;
+	for (int b = 0; b < n && !ctl->error[0]; b++) {
+		int wfd;
+
+		block = ctl->length / fs_block + b;
+		if (ioctl(fd, FIBMAP, &block) || !block) {
+			helper_fail("FIBMAP of block %lld of %s: %s",
+				    ctl->length / fs_block + b, ctl->path,
+				    block ? strerror(errno) : "a hole");
+			break;
+		}
+		/* an image is written as a file, a device by its writer's fd */
+		wfd = target == bdev_path ? stack.write_fd :
+		      open(target, O_WRONLY);
+		if (wfd < 0 ||
+		    pwrite(wfd, (char *)buf + (size_t)b * fs_block, fs_block,
+			   (off_t)block * fs_block + stack.write_base) != fs_block)
+			helper_fail("cannot write block %d of %s: %s", block,
+				    target, strerror(errno));
+		if (wfd >= 0 && wfd != stack.write_fd)
+			close(wfd);
+	}
+	close(fd);
+	if (ctl->error[0])
+		return;
+	if (mode == LOOP_CHANGE_FD)
+		loop_change_fd(stack.loop[0], stack.img[other]);
+	if (mode == DM_RELOAD) {
+		char table[96];
+		struct stat st;
+
+		if (stat(stack.loop[other], &st)) {
+			helper_fail("stat %s: %s", stack.loop[other],
+				    strerror(errno));
+			return;
+		}
+		snprintf(table, sizeof(table), "%u:%u 0", major(st.st_rdev),
+			 minor(st.st_rdev));
+		dm_reload(stack.dm, "linear", table, stack.sectors, true);
+	}
+	if (swap)
+		stack.live = other;
+	/* loop-change-fd swaps before the take-away: its read-back is apart */
+	if (mode != LOOP_CHANGE_FD)
+		helper_bdev_check();
+}
+
 static void helper_op(int op)
 {
 	switch (op) {
+	case OP_BELOW:
+		helper_below();
+		break;
 	case OP_TAKE:
 		helper_take_away();
 		break;
@@ -969,6 +1107,185 @@ static void remove_node(void)
  */
 static const char *dir = "/scratch";
 
+/* The number of a device-mapper device's node, made for it in /dev. */
+static void dm_node(dev_t dev, char *path, size_t len)
+{
+	char sysname[32];
+
+	snprintf(sysname, sizeof(sysname), "dm-%u", minor(dev));
+	blk_node(sysname, path, len);
+}
+
+static void below_teardown(void)
+{
+	if (stack.file_fd && *stack.file_fd >= 0)
+		close(*stack.file_fd);
+	if (stack.write_fd > 0)
+		close(stack.write_fd);
+	if (made[0])
+		unlink(made);
+	if (stack.mounted && umount(stack.mnt))
+		fprintf(stderr, "cannot unmount %s: %s\n", stack.mnt,
+			strerror(errno));
+	if (stack.dm[0])
+		dm_remove(stack.dm);
+	for (int i = 0; i < 2; i++) {
+		if (stack.loop[i][0])
+			loop_detach(stack.loop[i]);
+		if (stack.img[i][0])
+			unlink(stack.img[i]);
+	}
+	rmdir(stack.mnt);
+}
+
+static void make_image(const char *path, unsigned long long bytes)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+	if (fd < 0 || ftruncate(fd, bytes))
+		die(1, "cannot make %s of %llu bytes: %s", path, bytes,
+		    strerror(errno));
+	close(fd);
+}
+
+static void copy_image(const char *from, const char *to)
+{
+	static char buf[1 << 16];
+	int in = open(from, O_RDONLY | O_CLOEXEC);
+	int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	ssize_t n;
+
+	if (in < 0 || out < 0)
+		die(1, "cannot copy %s to %s: %s", from, to, strerror(errno));
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		if (write(out, buf, n) != n)
+			die(1, "cannot write %s: %s", to, strerror(errno));
+	if (n < 0 || fsync(out))
+		die(1, "cannot copy %s to %s: %s", from, to, strerror(errno));
+	close(in);
+	close(out);
+}
+
+static void mount_stack(unsigned long flags)
+{
+	if (mount(stack.fs_dev, stack.mnt, "ext2", flags, NULL))
+		die(1, "cannot mount %s (ext2) on %s: %s", stack.fs_dev,
+		    stack.mnt, strerror(errno));
+	stack.mounted = true;
+}
+
+/* A dm-linear device over all of @loop: its node in stack.fs_dev. */
+static void dm_over(const char *loop)
+{
+	struct stat st;
+	char table[64];
+
+	if (stat(loop, &st))
+		die(1, "stat %s: %s", loop, strerror(errno));
+	snprintf(table, sizeof(table), "%u:%u 0", major(st.st_rdev),
+		 minor(st.st_rdev));
+	snprintf(stack.dm, sizeof(stack.dm), "luf-hazards-%d", (int)getpid());
+	/* dm-reload's: read-only, whose tables open no writer below */
+	dm_node(dm_create(stack.dm, "linear", table, stack.sectors,
+			  mode == DM_RELOAD),
+		stack.fs_dev, sizeof(stack.fs_dev));
+}
+
+/*
+ * The below modes: the stack in --dir, the test file @f made on its
+ * filesystem.  The filesystem's blocks start at sector 0 of the image, of
+ * the loop device and of the dm device alike, so FIBMAP's block numbers
+ * are offsets on each; the partition starts at block 1, and so covers the
+ * file's blocks, which are near the start.  Every open for
+ * writing of a device (mke2fs, the partition table) comes before the
+ * mount: LUF's R4 keeps a device with a writer since its mount out.  The
+ * modes that swap images mount read-only: the two must stay the same but
+ * for what the trials write.
+ */
+static void below_setup(struct run *r)
+{
+	unsigned long long file = r->slots * r->npages * PAGE_SIZE_4K;
+	bool swap = mode == LOOP_CHANGE_FD || mode == DM_RELOAD;
+	char cmd[128];
+
+	cleanup_push_fn(below_teardown);
+	stack.file_fd = &r->a.fd;
+	stack.sectors = ((file + 16 * MiB) / MiB) * MiB / 512;
+	for (int i = 0; i < 1 + swap; i++)
+		snprintf(stack.img[i], sizeof(stack.img[i]),
+			 "%s/luf-hazards-%d-%d.img", dir, (int)getpid(), i);
+	snprintf(stack.mnt, sizeof(stack.mnt), "%s/luf-hazards-%d-mnt", dir,
+		 (int)getpid());
+	if (mkdir(stack.mnt, 0755))
+		die(1, "mkdir %s: %s", stack.mnt, strerror(errno));
+	make_image(stack.img[0], stack.sectors * 512);
+	loop_attach(stack.img[0], false, mode == PARTITION, stack.loop[0],
+		    sizeof(stack.loop[0]));
+	snprintf(stack.fs_dev, sizeof(stack.fs_dev), "%s", stack.loop[0]);
+	snprintf(bdev_path, sizeof(bdev_path), "%s", stack.loop[0]);
+	if (mode == DM_LINEAR)
+		dm_over(stack.loop[0]);
+	snprintf(cmd, sizeof(cmd), "mke2fs -q -b 4096 %s >/dev/null",
+		 stack.fs_dev);
+	fflush(stdout);
+	if (system(cmd))
+		die(1, "'%s' failed", cmd);
+	if (mode == PARTITION) {
+		char part[32];
+
+		/* sector 0 is in ext2's boot block, which it leaves alone */
+		mbr_write(stack.loop[0], 8, stack.sectors - 8);
+		snprintf(part, sizeof(part), "%sp1",
+			 strrchr(stack.loop[0], '/') + 1);
+		blk_node(part, bdev_path, sizeof(bdev_path));
+		stack.write_base = -8LL * 512;
+	}
+	mount_stack(0);
+	make_file(&r->a, made, stack.mnt, 'a', r->slots * r->npages);
+	if (swap) {
+		close(r->a.fd);
+		if (umount(stack.mnt))
+			die(1, "cannot unmount %s: %s", stack.mnt,
+			    strerror(errno));
+		stack.mounted = false;
+		loop_detach(stack.loop[0]);
+		stack.loop[0][0] = 0;
+		copy_image(stack.img[0], stack.img[1]);
+		loop_attach(stack.img[0], true, false, stack.loop[0],
+			    sizeof(stack.loop[0]));
+		snprintf(stack.fs_dev, sizeof(stack.fs_dev), "%s",
+			 stack.loop[0]);
+		if (mode == DM_RELOAD) {
+			loop_attach(stack.img[1], true, false, stack.loop[1],
+				    sizeof(stack.loop[1]));
+			dm_over(stack.loop[0]);
+		}
+		mount_stack(MS_RDONLY);
+		r->a.fd = open(r->a.path, O_RDONLY);
+		if (r->a.fd < 0)
+			die(1, "cannot open %s: %s", r->a.path,
+			    strerror(errno));
+		posix_fadvise(r->a.fd, 0, 0, POSIX_FADV_RANDOM);
+	}
+	if (ioctl(r->a.fd, FIGETBSZ, &fs_block) || fs_block != 4096)
+		die(1, "the filesystem of %s has no 4096-byte blocks",
+		    r->a.path);
+	/*
+	 * partition, dm-linear: a writer of the device below, open from now
+	 * on, as a tool that holds it would be.  Its open flushes what LUF
+	 * has pending (R4 counts every device's writers), but it is not the
+	 * mounted device's writer: the trials' pages stay eligible, and only
+	 * R9 stands between the writes and a stale read.
+	 */
+	stack.write_fd = -1;
+	if (mode == PARTITION || mode == DM_LINEAR) {
+		stack.write_fd = open(bdev_path, O_WRONLY | O_DIRECT);
+		if (stack.write_fd < 0)
+			die(1, "cannot open %s for writing: %s", bdev_path,
+			    strerror(errno));
+	}
+}
+
 /* The bdev modes: the type of the filesystem mounted at --dir. */
 static void mount_type(char *type, size_t size)
 {
@@ -1150,6 +1467,15 @@ static bool hazard(struct run *r, uintptr_t va, long region)
 	case BDEV:
 		helper_command(OP_BDEV);
 		break;
+	case LOOP_BACKING:
+	case PARTITION:
+	case DM_LINEAR:
+	case DM_RELOAD:
+		helper_command(OP_BELOW);
+		break;
+	case LOOP_CHANGE_FD:
+		helper_command(OP_BDEV_CHECK);
+		break;
 	case BDEV_CLOSED:
 		helper_command(OP_BDEV_CHECK);
 		break;
@@ -1212,6 +1538,8 @@ static void one_trial(struct run *r)
 	/* the page is cached and mapped: the device's new blocks stay under it */
 	if (mode == BDEV_CLOSED)
 		helper_command(OP_BDEV_WRITE);
+	if (mode == LOOP_CHANGE_FD)
+		helper_command(OP_BELOW);
 	trial_start(va, r->npages, t, modes[mode].after);
 
 	/*
@@ -1275,7 +1603,7 @@ static void one_trial(struct run *r)
 		stands = hazard(r, va, region);
 		r->unmovable += !stands;
 		/* bdev: the helper found the old data in the page cache */
-		if (bdev_mode() && !memcmp(&ctl->new, &ctl->old,
+		if (blocks_mode() && !memcmp(&ctl->new, &ctl->old,
 					   sizeof(ctl->new)))
 			r->refaulted++;
 		passes = atomic_load(&ctl->passes);
@@ -1356,12 +1684,14 @@ int main(int argc, char **argv)
 	static const char *const names[] = {
 		"bdev", "bdev-closed", "reuse", "demote", "anon-write",
 		"anon-force", "anon-reuse", "anon-move", "anon-demote", "compact",
-		NULL };
+		"loop-backing", "partition", "loop-change-fd", "dm-linear",
+		"dm-reload", NULL };
 	static const char *const own[] = { "dir", "disable-rules", NULL };
 	struct attack_args args = {
 		.usage = usage, .modes = names, .own = own, .own_arg = own_arg };
 	struct fields extra = { 0 }, checks = { 0 };
-	struct run r = { 0 };
+	/* static: the below modes' teardown, at exit, closes its file */
+	static struct run r;
 	int main_cpu, reader_cpu;
 	struct phase p = { 0 };
 	long max_missed, max_disturbed, violations;
@@ -1378,7 +1708,7 @@ int main(int argc, char **argv)
 	 * and some after, a mix a trial cannot expect (helper_bdev_check())
 	 */
 	r.npages = args.npages ? args.npages :
-		   node_mode() || bdev_mode() ? 1 : 4;
+		   node_mode() || blocks_mode() ? 1 : 4;
 	r.linger = args.linger;
 	r.keep_going = args.keep_going;
 	if (!r.trials)
@@ -1422,7 +1752,10 @@ int main(int argc, char **argv)
 	if (anon_mode())
 		require_swap(r.slots * r.npages * PAGE_SIZE_4K);
 	else
-		check_dir(dir, r.slots * r.npages * PAGE_SIZE_4K);
+		/* the below modes: the file in each of two images */
+		check_dir(dir, below_mode() ?
+			  2 * (r.slots * r.npages * PAGE_SIZE_4K + 16 * MiB) :
+			  r.slots * r.npages * PAGE_SIZE_4K);
 
 	pin_main(main_cpu);
 	if (demote_mode())
@@ -1465,7 +1798,10 @@ int main(int argc, char **argv)
 			move_setup(&r);
 	} else {
 		cleanup_push_fn(remove_file);
-		make_file(&r.a, made, dir, 'a', r.slots * r.npages);
+		if (below_mode())
+			below_setup(&r);
+		else
+			make_file(&r.a, made, dir, 'a', r.slots * r.npages);
 		if (bdev_mode())
 			bdev_setup(&r.a);
 	}
@@ -1474,15 +1810,22 @@ int main(int argc, char **argv)
 		force_setup();
 
 	/*
-	 * the bdev modes: the helper must not inherit the file (it opens it
-	 * for each command), and the first trial begins on a fresh mount
+	 * the bdev and below modes: the helper must not inherit the file (it
+	 * opens it for each command); the bdev modes' first trial begins on
+	 * a fresh mount
 	 */
-	if (bdev_mode())
+	if (blocks_mode())
 		close(r.a.fd);
 	attack_start(r.npages, helper_op);
 	if (bdev_mode()) {
 		r.a.fd = -1;
 		remount(&r.a);
+	}
+	if (below_mode()) {
+		r.a.fd = open(r.a.path, O_RDONLY);
+		if (r.a.fd < 0)
+			die(1, "cannot open %s: %s", r.a.path, strerror(errno));
+		posix_fadvise(r.a.fd, 0, 0, POSIX_FADV_RANDOM);
 	}
 	attack_begin(&p);
 	while (r.done < r.trials) {
@@ -1530,7 +1873,7 @@ int main(int argc, char **argv)
 		field_int(&checks, "demoted_pages", r.demoted);
 	if (mode == COMPACT)
 		field_int(&checks, "compacted_pages", r.demoted);
-	if (bdev_mode())
+	if (blocks_mode())
 		field_int(&checks, "refaulted_trials", r.refaulted);
 	if (mode == BDEV_CLOSED)
 		field_int(&checks, "refused_trials", r.refused);

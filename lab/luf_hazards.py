@@ -15,6 +15,12 @@ from lab import vm
 
 MODES = ("bdev", "bdev-closed", "reuse", "demote", "anon-write", "anon-force",
          "anon-reuse", "anon-move", "anon-demote", "compact")
+# the modes that change a file's blocks below its filesystem's device, each
+# on a stack of loop devices (and a partition, or device mapper) of its own
+# in /scratch: the file modes' guest runs them too
+BELOW_MODES = ("loop-backing", "partition", "loop-change-fd", "dm-linear",
+               "dm-reload")
+MODES += BELOW_MODES
 # the tests of the series' selftest of LUF's rules (luf_hazards.c), in order
 SELFTEST_TESTS = ("cow", "force", "write", "dio", "truncate", "remap")
 SELFTEST_PAGES = 4      # a trial's pages there (NR_PAGES)

@@ -67,7 +67,8 @@ RULES = {"cow": R3, "force": R3, "write": R4 | R9, "dio": R4 | R6,
          "truncate": R4 | R6, "remap": R5,
          "bdev": R4 | R9, "bdev-closed": R4 | R9, "reuse": R1, "demote": R1,
          "anon-write": R3, "anon-force": R3, "anon-reuse": R1, "anon-move": R5,
-         "anon-demote": R1, "compact": R1}
+         "anon-demote": R1, "compact": R1,
+         **{m: R9 for m in luf_hazards.BELOW_MODES}}
 
 # What the reader sees when the mode's rule is missing: the page's bytes from
 # before the take-away; in the reuse modes the page it had lost, reused:
@@ -75,6 +76,7 @@ RULES = {"cow": R3, "force": R3, "write": R4 | R9, "dio": R4 | R6,
 # allocator's clearing of the page and the canary's fill (seen in CI with
 # demote's one page per trial).
 KIND = {"bdev": ("old",), "bdev-closed": ("old",),
+        **{m: ("old",) for m in luf_hazards.BELOW_MODES},
         "reuse": ("canary", "foreign"), "demote": ("canary", "foreign"),
         "anon-write": ("old",), "anon-force": ("old",),
         "anon-reuse": ("canary", "foreign"), "anon-move": ("old",),
@@ -247,7 +249,9 @@ CHECKER_WARNS = {"cow": "rule R3 missing", "write": "rule R4 or R6 missing",
                  "anon-move": "rule R5 missing",
                  "anon-reuse": "freed before the flush of generation",
                  "anon-demote": "freed before the flush of generation",
-                 "compact": "freed before the flush of generation"}
+                 "compact": "freed before the flush of generation",
+                 # the read-back fills the evicted index (R9's own hook)
+                 **{m: "rule R9 missing" for m in luf_hazards.BELOW_MODES}}
 
 
 # The rules switched off for the checker's test.  reuse and demote leave R4

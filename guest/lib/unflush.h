@@ -159,6 +159,34 @@ long long node_free_bytes(int node);
 /* Parse a kernel list ("0-3,8"); false on malformed input. */
 bool parse_list(const char *text, bool *set, int max);
 
+/*
+ * Device mapper (lib/dm.c): a device @name of one target @type ("linear")
+ * with @params ("7:0 0") over @sectors, @read_only or not, its number
+ * returned; a new table made live (load, suspend, resume); the device
+ * removed.  Each dies on an error.
+ */
+dev_t dm_create(const char *name, const char *type, const char *params,
+		unsigned long long sectors, bool read_only);
+void dm_reload(const char *name, const char *type, const char *params,
+	       unsigned long long sectors, bool read_only);
+void dm_remove(const char *name);
+
+/*
+ * Block-device stacks (lib/stack.c), each dying on an error: the node in
+ * /dev of block device @sysname ("loop0p1"), made if missing; a free loop
+ * device over @image, its node's path in @path; @loop given another
+ * backing file (it must be read-only), or detached; an MS-DOS partition
+ * table on @dev with one partition of @sectors from sector @start, read
+ * by the kernel (BLKRRPART); @dev's size in 512-byte sectors.
+ */
+void blk_node(const char *sysname, char *path, size_t len);
+void loop_attach(const char *image, bool read_only, bool partscan,
+		 char *path, size_t len);
+void loop_change_fd(const char *loop, const char *image);
+void loop_detach(const char *loop);
+void mbr_write(const char *dev, unsigned int start, unsigned int sectors);
+unsigned long long blk_sectors(const char *dev);
+
 /* --- migrate.c: move_pages(2) of a whole range --- */
 
 /* The arrays move_pages(2) takes, made once so a move allocates nothing. */

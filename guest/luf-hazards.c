@@ -1124,7 +1124,13 @@ static void below_teardown(void)
 		close(stack.write_fd);
 	if (made[0])
 		unlink(made);
-	if (stack.mounted && umount(stack.mnt))
+	/*
+	 * Busy if the program dies with a trial's page mapped: detached now,
+	 * the mount goes at exit, and so do the devices (LOOP_CLR_FD of an
+	 * open loop device and a deferred dm remove wait for the last close)
+	 */
+	if (stack.mounted && umount(stack.mnt) &&
+	    umount2(stack.mnt, MNT_DETACH))
 		fprintf(stderr, "cannot unmount %s: %s\n", stack.mnt,
 			strerror(errno));
 	if (stack.dm[0])

@@ -17,7 +17,8 @@ MODES = ("bdev", "bdev-closed", "reuse", "demote", "anon-write", "anon-force",
          "anon-reuse", "anon-move", "anon-demote", "compact")
 # the modes that change a file's blocks below its filesystem's device, each
 # on a stack of loop devices (and a partition, or device mapper) of its own
-# in /scratch: the file modes' guest runs them too
+# in /scratch; a guest of their own, apart from the bdev modes, which mount
+# /scratch again after every trial
 BELOW_MODES = ("loop-backing", "partition", "loop-change-fd", "dm-linear",
                "dm-reload")
 MODES += BELOW_MODES
@@ -67,9 +68,12 @@ def arm64_groups():
 
 def groups():
     """The modes that share a guest: the file modes, demote, the anonymous
-    modes, anon-demote, compact (which locks half of node 1)."""
-    return [tuple(m for m in MODES if m not in NODE1_MODES + SWAP_MODES),
+    modes, anon-demote, compact (which locks half of node 1), the modes
+    below the filesystem."""
+    return [tuple(m for m in MODES
+                  if m not in NODE1_MODES + SWAP_MODES + BELOW_MODES),
             ("demote",),
             tuple(m for m in SWAP_MODES if m not in NODE1_MODES),
             ("anon-demote",),
-            ("compact",)]
+            ("compact",),
+            BELOW_MODES]

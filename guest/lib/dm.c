@@ -119,5 +119,7 @@ void dm_remove(const char *name)
 	struct dm_request r;
 
 	dm_header(&r, name);
+	/* still open (a program that died mid-trial): removed at its close */
+	r.io.flags = DM_DEFERRED_REMOVE;
 	dm_ioctl(DM_DEV_REMOVE, "remove", &r);
 }

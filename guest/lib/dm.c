@@ -39,20 +39,10 @@ static void dm_header(struct dm_request *r, const char *name)
 
 static void dm_ioctl(unsigned long cmd, const char *what, struct dm_request *r)
 {
-	int fd = open("/dev/mapper/control", O_RDWR | O_CLOEXEC);
+	int fd;
 
-	if (fd < 0 && errno == ENOENT) {
-		/* no devtmpfs node: the misc device's numbers are fixed */
-		mkdir("/dev/mapper", 0755);
-		if (mknod("/dev/mapper/control", S_IFCHR | 0600,
-			  makedev(10, 236)))
-			die(1, "cannot make /dev/mapper/control: %s",
-			    strerror(errno));
-		fd = open("/dev/mapper/control", O_RDWR | O_CLOEXEC);
-	}
-	if (fd < 0)
-		die(1, "cannot open /dev/mapper/control (CONFIG_BLK_DEV_DM?): %s",
-		    strerror(errno));
+	mkdir("/dev/mapper", 0755);
+	fd = misc_open("/dev/mapper/control", 236, "CONFIG_BLK_DEV_DM");
 	if (ioctl(fd, cmd, r))
 		die(1, "device mapper %s of %s: %s", what, r->io.name,
 		    strerror(errno));

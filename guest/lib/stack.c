@@ -19,6 +19,22 @@
 
 #include "unflush.h"
 
+int misc_open(const char *path, unsigned int minor, const char *option)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0 && errno == ENOENT) {
+		/* no devtmpfs node: the misc device's numbers are fixed */
+		if (mknod(path, S_IFCHR | 0600, makedev(10, minor)))
+			die(1, "cannot make %s: %s", path, strerror(errno));
+		fd = open(path, O_RDWR | O_CLOEXEC);
+	}
+	if (fd < 0)
+		die(1, "cannot open %s (%s?): %s", path, option,
+		    strerror(errno));
+	return fd;
+}
+
 void blk_node(const char *sysname, char *path, size_t len)
 {
 	char attr[96];
@@ -47,16 +63,7 @@ void loop_attach(const char *image, bool read_only, bool partscan,
 	char name[32];
 	int ctl, nr, fd, img;
 
-	ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
-	if (ctl < 0 && errno == ENOENT) {
-		if (mknod("/dev/loop-control", S_IFCHR | 0600, makedev(10, 237)))
-			die(1, "cannot make /dev/loop-control: %s",
-			    strerror(errno));
-		ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
-	}
-	if (ctl < 0)
-		die(1, "cannot open /dev/loop-control (CONFIG_BLK_DEV_LOOP?): %s",
-		    strerror(errno));
+	ctl = misc_open("/dev/loop-control", 237, "CONFIG_BLK_DEV_LOOP");
 	nr = ioctl(ctl, LOOP_CTL_GET_FREE);
 	close(ctl);
 	if (nr < 0)

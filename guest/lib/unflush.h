@@ -180,6 +180,8 @@ void dm_remove(const char *name);
  * by the kernel (BLKRRPART); @dev's size in 512-byte sectors.
  */
 void blk_node(const char *sysname, char *path, size_t len);
+/* The control device @path, misc minor @minor, opened; made if missing. */
+int misc_open(const char *path, unsigned int minor, const char *option);
 void loop_attach(const char *image, bool read_only, bool partscan,
 		 char *path, size_t len);
 void loop_change_fd(const char *loop, const char *image);

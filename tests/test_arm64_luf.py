@@ -61,9 +61,16 @@ def lazy_and_clean(results, trials):
 def test_every_mode_passes_on_arm64_with_lazy_trials(modes):
     results = run_clean(build.built("patched-arm64"), "luf-hazards", modes,
                         f"--trials {TRIALS}", luf_hazards.shape(modes))
+    bbm = lazy_and_clean(results, TRIALS)
+    if set(modes) <= set(luf_hazards.BELOW_MODES):
+        # the read-back fills the evicted index and R9 flushes there, before
+        # the reader faults the page in again: R8 finds nothing pending
+        for mode, rec in results.items():
+            assert rec["counters"]["nr_tlb_flush_luf_fill"] >= TRIALS // 2, (mode, rec)
+        return
     # each mode's reader faults its pages in again after the take-away:
     # R8 flushed before those entries were made valid
-    assert lazy_and_clean(results, TRIALS) > 0, results
+    assert bbm > 0, results
 
 
 @pytest.mark.parametrize("modes", GROUPS)

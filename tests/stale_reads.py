@@ -80,8 +80,9 @@ def luf_selftest_report(output):
 # The LUF counter of the flush each hazard's rule makes: the modes of
 # guest/luf-hazards and the tests of luf_hazards (remap's is 6.12's
 # flush_tlb_batched_pending(), which has none)
-RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm",),
-                "force": ("nr_tlb_flush_luf_mm",),
+# (cow's and force's fault reads the evicted page in again first: R9)
+RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm", "nr_tlb_flush_luf_fill"),
+                "force": ("nr_tlb_flush_luf_mm", "nr_tlb_flush_luf_fill"),
                 "write": ("nr_tlb_flush_luf_file",),
                 "dio": ("nr_tlb_flush_luf_file", "nr_tlb_flush_luf_inval"),
                 "truncate": ("nr_tlb_flush_luf_file", "nr_tlb_flush_luf_inval"),

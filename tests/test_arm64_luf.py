@@ -69,8 +69,10 @@ def test_every_mode_passes_on_arm64_with_lazy_trials(modes):
             assert rec["counters"]["nr_tlb_flush_luf_fill"] >= TRIALS // 2, (mode, rec)
         return
     # each mode's reader faults its pages in again after the take-away:
-    # R8 flushed before those entries were made valid
-    assert bbm > 0, results
+    # R8 flushed before those entries were made valid, or, where the fault
+    # or the mode's read-back filled an evicted page-cache index, R9 did
+    fill = sum(r["counters"].get("nr_tlb_flush_luf_fill", 0) for r in results.values())
+    assert bbm + fill > 0, results
 
 
 @pytest.mark.parametrize("modes", GROUPS)

@@ -385,6 +385,19 @@ static struct {
 	bool mounted;
 } stack;
 
+/* A dm-linear table over all of block device @dev; dies if it has none. */
+static const char *linear_table(const char *dev)
+{
+	static char table[64];
+	struct stat st;
+
+	if (stat(dev, &st) || !S_ISBLK(st.st_mode))
+		die(1, "%s is not a block device: %s", dev, strerror(errno));
+	snprintf(table, sizeof(table), "%u:%u 0", major(st.st_rdev),
+		 minor(st.st_rdev));
+	return table;
+}
+
 /* the modes whose pages are main's own, kept from the helper by fork() */
 static bool own_anon_mode(void)
 {
@@ -502,16 +515,17 @@ static void helper_bdev_check(void)
  * of the device that is not its filesystem, and only while the trial
  * needs it.
  */
-static void helper_bdev_write(void)
+/*
+ * The bdev and below modes: the trial's new data in @buf, and the
+ * filesystem blocks of its pages in @block (FIBMAP); the number of blocks,
+ * or -1 after a helper_fail().
+ */
+static int helper_new_blocks(uint64_t (*buf)[PAGE_WORDS], int *block)
 {
-	static uint64_t buf[TRIAL_MAX_PAGES][PAGE_WORDS]
-		__attribute__((aligned(PAGE_SIZE_4K)));
-	static int block[TRIAL_MAX_PAGES * PAGE_SIZE_4K / 512];
-	size_t len = ctl->npages * PAGE_SIZE_4K;
-	int n = len / fs_block, fd = helper_open_file();
+	int n = ctl->npages * PAGE_SIZE_4K / fs_block, fd = helper_open_file();
 
 	if (fd < 0)
-		return;
+		return -1;
 	for (int i = 0; i < ctl->npages; i++)
 		fill_page(buf[i], ctl->new.index[i], ctl->new.tag);
 	for (int b = 0; b < n; b++) {
@@ -520,11 +534,23 @@ static void helper_bdev_write(void)
 			helper_fail("FIBMAP of block %lld of %s: %s",
 				    ctl->length / fs_block + b, ctl->path,
 				    block[b] ? strerror(errno) : "a hole");
-			close(fd);
-			return;
+			n = -1;
+			break;
 		}
 	}
 	close(fd);
+	return n;
+}
+
+static void helper_bdev_write(void)
+{
+	static uint64_t buf[TRIAL_MAX_PAGES][PAGE_WORDS]
+		__attribute__((aligned(PAGE_SIZE_4K)));
+	static int block[TRIAL_MAX_PAGES * PAGE_SIZE_4K / 512];
+	int n = helper_new_blocks(buf, block), fd;
+
+	if (n < 0)
+		return;
 	fd = open(bdev_path, O_WRONLY | O_DIRECT);
 	if (fd < 0) {
 		helper_fail("cannot open %s for writing: %s", bdev_path,
@@ -561,57 +587,34 @@ static void helper_below(void)
 {
 	static uint64_t buf[TRIAL_MAX_PAGES][PAGE_WORDS]
 		__attribute__((aligned(PAGE_SIZE_4K)));
-	size_t len = ctl->npages * PAGE_SIZE_4K;
-	int n = len / fs_block, fd = helper_open_file(), block, other;
+	static int block[TRIAL_MAX_PAGES * PAGE_SIZE_4K / 512];
+	int n = helper_new_blocks(buf, block), other = !stack.live, wfd;
 	bool swap = mode == LOOP_CHANGE_FD || mode == DM_RELOAD;
-	const char *target;
+	/* an image is written as a file, a device by its writer's fd */
+	const char *target = swap || mode == LOOP_BACKING ?
+			     stack.img[swap ? other : 0] : bdev_path;
 
-	if (fd < 0)
+	if (n < 0)
 		return;
-	for (int i = 0; i < ctl->npages; i++)
-		fill_page(buf[i], ctl->new.index[i], ctl->new.tag);
-	other = !stack.live;
-	target = swap || mode == LOOP_BACKING ? stack.img[swap ? other : 0] :
-		 bdev_path;
-	for (int b = 0; b < n && !ctl->error[0]; b++) {
-		int wfd;
-
-		block = ctl->length / fs_block + b;
-		if (ioctl(fd, FIBMAP, &block) || !block) {
-			helper_fail("FIBMAP of block %lld of %s: %s",
-				    ctl->length / fs_block + b, ctl->path,
-				    block ? strerror(errno) : "a hole");
-			break;
-		}
-		/* an image is written as a file, a device by its writer's fd */
-		wfd = target == bdev_path ? stack.write_fd :
-		      open(target, O_WRONLY);
-		if (wfd < 0 ||
-		    pwrite(wfd, (char *)buf + (size_t)b * fs_block, fs_block,
-			   (off_t)block * fs_block + stack.write_base) != fs_block)
-			helper_fail("cannot write block %d of %s: %s", block,
+	wfd = target == bdev_path ? stack.write_fd : open(target, O_WRONLY);
+	if (wfd < 0)
+		helper_fail("cannot open %s for writing: %s", target,
+			    strerror(errno));
+	for (int b = 0; b < n && !ctl->error[0]; b++)
+		if (pwrite(wfd, (char *)buf + (size_t)b * fs_block, fs_block,
+			   (off_t)block[b] * fs_block + stack.write_base) !=
+		    fs_block)
+			helper_fail("cannot write block %d of %s: %s", block[b],
 				    target, strerror(errno));
-		if (wfd >= 0 && wfd != stack.write_fd)
-			close(wfd);
-	}
-	close(fd);
+	if (wfd >= 0 && wfd != stack.write_fd)
+		close(wfd);
 	if (ctl->error[0])
 		return;
 	if (mode == LOOP_CHANGE_FD)
 		loop_change_fd(stack.loop[0], stack.img[other]);
-	if (mode == DM_RELOAD) {
-		char table[96];
-		struct stat st;
-
-		if (stat(stack.loop[other], &st)) {
-			helper_fail("stat %s: %s", stack.loop[other],
-				    strerror(errno));
-			return;
-		}
-		snprintf(table, sizeof(table), "%u:%u 0", major(st.st_rdev),
-			 minor(st.st_rdev));
-		dm_reload(stack.dm, "linear", table, stack.sectors, true);
-	}
+	if (mode == DM_RELOAD)
+		dm_reload(stack.dm, "linear", linear_table(stack.loop[other]),
+			  stack.sectors, true);
 	if (swap)
 		stack.live = other;
 	/* loop-change-fd swaps before the take-away: its read-back is apart */
@@ -675,6 +678,16 @@ static void check_dir(const char *dir, size_t bytes)
  * closed, so that nobody has it open for writing (LUF's gate, rule R4) and
  * each trial's read fault brings its pages in clean, on this CPU.
  */
+/* main's descriptor of the test file, read-only: nobody writes it */
+static void open_testfile(struct testfile *f)
+{
+	f->fd = open(f->path, O_RDONLY);
+	if (f->fd < 0)
+		die(1, "cannot open %s: %s", f->path, strerror(errno));
+	/* no readahead: every page the trials use is faulted alone */
+	posix_fadvise(f->fd, 0, 0, POSIX_FADV_RANDOM);
+}
+
 static void make_file(struct testfile *f, char *made_path, const char *dir,
 		      char name, long pages)
 {
@@ -703,11 +716,7 @@ static void make_file(struct testfile *f, char *made_path, const char *dir,
 		die(1, "fsync %s: %s", f->path, strerror(errno));
 	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 	close(fd);
-	f->fd = open(f->path, O_RDONLY);
-	if (f->fd < 0)
-		die(1, "cannot open %s: %s", f->path, strerror(errno));
-	/* no readahead: every page the trials use is faulted alone */
-	posix_fadvise(f->fd, 0, 0, POSIX_FADV_RANDOM);
+	open_testfile(f);
 }
 
 /*
@@ -1183,17 +1192,10 @@ static void mount_stack(unsigned long flags)
 /* A dm-linear device over all of @loop: its node in stack.fs_dev. */
 static void dm_over(const char *loop)
 {
-	struct stat st;
-	char table[64];
-
-	if (stat(loop, &st))
-		die(1, "stat %s: %s", loop, strerror(errno));
-	snprintf(table, sizeof(table), "%u:%u 0", major(st.st_rdev),
-		 minor(st.st_rdev));
 	snprintf(stack.dm, sizeof(stack.dm), "luf-hazards-%d", (int)getpid());
 	/* dm-reload's: read-only, whose tables open no writer below */
-	dm_node(dm_create(stack.dm, "linear", table, stack.sectors,
-			  mode == DM_RELOAD),
+	dm_node(dm_create(stack.dm, "linear", linear_table(loop),
+			  stack.sectors, mode == DM_RELOAD),
 		stack.fs_dev, sizeof(stack.fs_dev));
 }
 
@@ -1267,11 +1269,7 @@ static void below_setup(struct run *r)
 			dm_over(stack.loop[0]);
 		}
 		mount_stack(MS_RDONLY);
-		r->a.fd = open(r->a.path, O_RDONLY);
-		if (r->a.fd < 0)
-			die(1, "cannot open %s: %s", r->a.path,
-			    strerror(errno));
-		posix_fadvise(r->a.fd, 0, 0, POSIX_FADV_RANDOM);
+		open_testfile(&r->a);
 	}
 	if (ioctl(r->a.fd, FIGETBSZ, &fs_block) || fs_block != 4096)
 		die(1, "the filesystem of %s has no 4096-byte blocks",
@@ -1479,10 +1477,8 @@ static bool hazard(struct run *r, uintptr_t va, long region)
 	case DM_RELOAD:
 		helper_command(OP_BELOW);
 		break;
-	case LOOP_CHANGE_FD:
-		helper_command(OP_BDEV_CHECK);
-		break;
 	case BDEV_CLOSED:
+	case LOOP_CHANGE_FD:	/* both changed the blocks before the take-away */
 		helper_command(OP_BDEV_CHECK);
 		break;
 	case ANON_MOVE:
@@ -1827,12 +1823,8 @@ int main(int argc, char **argv)
 		r.a.fd = -1;
 		remount(&r.a);
 	}
-	if (below_mode()) {
-		r.a.fd = open(r.a.path, O_RDONLY);
-		if (r.a.fd < 0)
-			die(1, "cannot open %s: %s", r.a.path, strerror(errno));
-		posix_fadvise(r.a.fd, 0, 0, POSIX_FADV_RANDOM);
-	}
+	if (below_mode())
+		open_testfile(&r.a);
 	attack_begin(&p);
 	while (r.done < r.trials) {
 		one_trial(&r);

@@ -90,9 +90,7 @@ RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm", "nr_tlb_flush_luf_fill"),
                 "bdev": ("nr_tlb_flush_luf_file",),
                 # the page cache filled again from blocks changed below the
                 # filesystem (R9)
-                "loop-backing": ("nr_tlb_flush_luf_fill",),
-                "partition": ("nr_tlb_flush_luf_fill",),
-                "loop-change-fd": ("nr_tlb_flush_luf_fill",),
+                **dict.fromkeys(luf_hazards.BELOW_MODES, ("nr_tlb_flush_luf_fill",)),
                 "reuse": ("nr_tlb_flush_luf_special",),
                 "demote": ("nr_tlb_flush_luf_special",),
                 "anon-write": ("nr_tlb_flush_luf_mm",),

@@ -145,14 +145,3 @@ void mbr_write(const char *dev, unsigned int start, unsigned int sectors)
 		die(1, "BLKRRPART on %s: %s", dev, strerror(errno));
 	close(fd);
 }
-
-unsigned long long blk_sectors(const char *dev)
-{
-	unsigned long long bytes;
-	int fd = open(dev, O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0 || ioctl(fd, BLKGETSIZE64, &bytes))
-		die(1, "cannot read the size of %s: %s", dev, strerror(errno));
-	close(fd);
-	return bytes / 512;
-}

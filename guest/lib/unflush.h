@@ -177,7 +177,7 @@ void dm_remove(const char *name);
  * device over @image, its node's path in @path; @loop given another
  * backing file (it must be read-only), or detached; an MS-DOS partition
  * table on @dev with one partition of @sectors from sector @start, read
- * by the kernel (BLKRRPART); @dev's size in 512-byte sectors.
+ * by the kernel (BLKRRPART).
  */
 void blk_node(const char *sysname, char *path, size_t len);
 /* The control device @path, misc minor @minor, opened; made if missing. */
@@ -187,7 +187,6 @@ void loop_attach(const char *image, bool read_only, bool partscan,
 void loop_change_fd(const char *loop, const char *image);
 void loop_detach(const char *loop);
 void mbr_write(const char *dev, unsigned int start, unsigned int sectors);
-unsigned long long blk_sectors(const char *dev);
 
 /* --- migrate.c: move_pages(2) of a whole range --- */
 

@@ -87,6 +87,11 @@
  *             the ioctl flushes every TLB) or the dm-linear device's (a
  *             table load into a read-only device).  Then, as in bdev, the
  *             read-back fills the evicted index from the new blocks;
+ *   below-random  R9 too, hunting: a stack drawn from --seed (loop,
+ *             partitions made every way, device mapper, a sibling device
+ *             over the same blocks), and each trial the next of the
+ *             routes it has to change the blocks (written, punched,
+ *             zeroed, discarded), before or after the take-away;
  *   compact   R1, as reuse, but the pages are taken by compaction, which
  *             migrates them within the CPU-less node 1 (their page cache is
  *             read there) and frees its lazy sources itself when it ends:
@@ -106,6 +111,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/blkpg.h>
 #include <linux/fs.h>
 #include <linux/magic.h>
 #include <linux/userfaultfd.h>
@@ -132,7 +138,8 @@
 static const char usage[] =
 "usage: luf-hazards bdev|bdev-closed|reuse|demote|anon-write|anon-force|\n"
 "                   anon-reuse|anon-move|anon-demote|compact|loop-backing|\n"
-"                   partition|loop-change-fd|dm-linear|dm-reload\n"
+"                   partition|loop-change-fd|dm-linear|dm-reload|\n"
+"                   below-random [--seed N]\n"
 "                   [--trials N]\n"
 "                   [--pages N] [--dir DIR] [--linger N] [--disable-rules MASK]\n"
 "                   [--keep-going] [--quick]\n"
@@ -169,6 +176,15 @@ static const char usage[] =
 "               image the one read (LOOP_CHANGE_FD; a dm table load), then\n"
 "               reads the file back like bdev; the reader must see the\n"
 "               new data\n"
+"  below-random R9: a stack drawn from --seed (default: from the time;\n"
+"               the result says which, and what was drawn): the image in\n"
+"               --dir or on a tmpfs of its own, a loop device, partition\n"
+"               1 (the filesystem on it, or over a filesystem on the whole\n"
+"               disk: in the table, added or grown while mounted), up to\n"
+"               two dm-linear devices and one beside them; each trial the\n"
+"               next of every route the stack has (the image written or\n"
+"               punched; a device below the filesystem's written, zeroed\n"
+"               or discarded), before or after the take-away\n"
 "  reuse        R1: the helper releases the held pages (the luf switch off\n"
 "               and on) and fills fresh pages with a canary, which gets them\n"
 "               (PFNs); the reader must never see it\n"
@@ -244,7 +260,9 @@ static const char usage[] =
 "anon-demote, pages migrated by it, pgmigrate_success; compact:\n"
 "compacted_pages, pages moved and still on the node; the bdev modes:\n"
 "refaulted_trials; bdev-closed: refused_trials, counted in trials; anon-move:\n"
-"unmovable_trials, a page UFFDIO_MOVE would not move, counted as disturbed).\n"
+"unmovable_trials, a page UFFDIO_MOVE would not move, counted as disturbed;\n"
+"below-random: seed and stack in the result, route_trials by route,\n"
+"before_trials, writers).\n"
 "KTAP (lib/ktap.h): one test, luf-hazards/<mode>, after the result line.\n"
 "Exit 0: no violation; 1: violations, or a precondition failed (no result\n"
 "line; the test's KTAP line says why); 4: skipped, the kernel or the\n"
@@ -291,7 +309,7 @@ struct uffdio_move {
 
 enum mode { BDEV, BDEV_CLOSED, REUSE, DEMOTE, ANON_WRITE, ANON_FORCE,
 	    ANON_REUSE, ANON_MOVE, ANON_DEMOTE, COMPACT, LOOP_BACKING,
-	    PARTITION, LOOP_CHANGE_FD, DM_LINEAR, DM_RELOAD };
+	    PARTITION, LOOP_CHANGE_FD, DM_LINEAR, DM_RELOAD, BELOW_RANDOM };
 static const struct {
 	const char *rule;
 	enum after_done after;
@@ -311,9 +329,12 @@ static const struct {
 	[LOOP_CHANGE_FD] = { "R9", AFTER_NEW },
 	[DM_LINEAR] = { "R9",   AFTER_NEW },
 	[DM_RELOAD] = { "R9",   AFTER_NEW },
+	[BELOW_RANDOM] = { "R9", AFTER_NEW },
 };
 enum op { OP_TAKE = 1, OP_BDEV, OP_BDEV_WRITE, OP_BDEV_CHECK, OP_REUSE,
-	  OP_DROP, OP_BELOW };
+	  OP_DROP, OP_BELOW,
+	  /* below-random: OP_ROUTE + route_op() */
+	  OP_ROUTE = 16 };
 
 static enum mode mode;
 static int lower_node = -1;	/* demote, compact: the CPU-less node */
@@ -358,7 +379,8 @@ static bool bdev_mode(void)
 static bool below_mode(void)
 {
 	return mode == LOOP_BACKING || mode == PARTITION ||
-	       mode == LOOP_CHANGE_FD || mode == DM_LINEAR || mode == DM_RELOAD;
+	       mode == LOOP_CHANGE_FD || mode == DM_LINEAR ||
+	       mode == DM_RELOAD || mode == BELOW_RANDOM;
 }
 
 /* the modes whose trials change the blocks and read the file back */
@@ -376,14 +398,49 @@ static bool blocks_mode(void)
  * filesystem reads now.
  */
 static struct {
-	char img[2][256], loop[2][64], fs_dev[64], mnt[256], dm[32];
+	char img[2][256], loop[2][64], fs_dev[64], mnt[256];
+	char dm[3][32];			/* below-random: up to three */
+	char tmp[224];			/* below-random: a tmpfs for the image */
 	int *file_fd;			/* the test file's, closed first */
 	int write_fd;			/* partition, dm-linear: bdev_path's */
 	unsigned long long sectors;	/* of the image */
 	long long write_base;		/* byte offset of the fs on bdev_path */
 	int live;
-	bool mounted;
+	bool mounted, tmp_mounted;
 } stack;
+
+/*
+ * below-random: a stack drawn from --seed, and the routes by which its
+ * blocks change under the filesystem: the image written, or punched (on
+ * tmpfs); a device below the filesystem's (or beside it, over the same
+ * blocks) written, zeroed (BLKZEROOUT) or discarded.  Each writer is
+ * opened after the mount, for writing, and kept: @base is the byte offset
+ * of the filesystem's block 0 on it, less its own offset on the image.
+ */
+enum route_kind { IMAGE_WRITE, IMAGE_PUNCH, DEV_WRITE, DEV_ZEROOUT,
+		  DEV_DISCARD, NR_ROUTE_KINDS };
+static const char *const route_names[NR_ROUTE_KINDS] = {
+	"image-write", "image-punch", "write", "zeroout", "discard" };
+#define MAX_WRITERS	4
+static struct writer {
+	char path[64];
+	long long base;
+	int fd;
+} writers[MAX_WRITERS];
+static int nr_writers;
+static long long image_base;	/* the filesystem's offset on the image */
+struct route {
+	enum route_kind kind;
+	int writer;
+};
+static struct route deck[2 + 3 * MAX_WRITERS];
+static int deck_size, deck_next;
+static unsigned long long seed;
+static bool seeded;
+static uint64_t rng;
+static char stack_text[192];
+static long route_trials[NR_ROUTE_KINDS], before_trials;
+static char route_text[512];	/* the helper's last route, said on failure */
 
 /* A dm-linear table over all of block device @dev; dies if it has none. */
 static const char *linear_table(const char *dev)
@@ -426,6 +483,8 @@ struct run {
 	long refaulted;			/* bdev: trials that kept the old data */
 	long refused;			/* bdev-closed: trials not made lazy */
 	long unmovable;			/* anon-move: disturbed, a page shared */
+	int route;			/* below-random: the trial's, in deck */
+	bool before;			/* and whether before the take-away */
 };
 
 static char made[sizeof(ctl->path)];
@@ -502,7 +561,8 @@ static void helper_bdev_check(void)
 		return;
 	}
 	helper_fail("%s does not read back the data written over its blocks on %s%s",
-		    ctl->path, bdev_path, ctl->npages > 1 ?
+		    ctl->path, mode == BELOW_RANDOM ? route_text : bdev_path,
+		    ctl->npages > 1 ?
 		    " (or some of the trial's pages were faulted in again before the write and some after: try --pages 1)" :
 		    ": the write through the device did not reach the file");
 }
@@ -613,7 +673,7 @@ static void helper_below(void)
 	if (mode == LOOP_CHANGE_FD)
 		loop_change_fd(stack.loop[0], stack.img[other]);
 	if (mode == DM_RELOAD)
-		dm_reload(stack.dm, "linear", linear_table(stack.loop[other]),
+		dm_reload(stack.dm[0], "linear", linear_table(stack.loop[other]),
 			  stack.sectors, true);
 	if (swap)
 		stack.live = other;
@@ -622,8 +682,78 @@ static void helper_below(void)
 		helper_bdev_check();
 }
 
+/*
+ * below-random: the route of @op (route_op()) changes the trial's blocks
+ * to its new data (zeroes, for the routes that punch, zero or discard);
+ * before the take-away, with the page still cached, and read back after it
+ * (OP_BDEV_CHECK), or after it and read back now.
+ */
+static void helper_route(int op)
+{
+	static uint64_t buf[TRIAL_MAX_PAGES][PAGE_WORDS]
+		__attribute__((aligned(PAGE_SIZE_4K)));
+	static int block[TRIAL_MAX_PAGES * PAGE_SIZE_4K / 512];
+	int c = (op - OP_ROUTE) >> 1;
+	bool before = (op - OP_ROUTE) & 1;
+	const struct route route = { c / (MAX_WRITERS + 1),
+				     c % (MAX_WRITERS + 1) - 1 }, *rt = &route;
+	const struct writer *w = rt->writer >= 0 ? &writers[rt->writer] : NULL;
+	const char *target = w ? w->path : stack.img[0];
+	int n = helper_new_blocks(buf, block);
+	int fd = w ? w->fd : open(stack.img[0], O_WRONLY);
+
+	/* for helper_bdev_check()'s message */
+	snprintf(route_text, sizeof(route_text), "%s (%s; %s)", target,
+		 route_names[rt->kind], stack_text);
+	if (n < 0)
+		return;
+	if (fd < 0) {
+		helper_fail("cannot open %s for writing: %s", target,
+			    strerror(errno));
+		return;
+	}
+	for (int b = 0; b < n && !ctl->error[0]; b++) {
+		const char *buf_b = (char *)buf + (size_t)b * fs_block;
+		off_t at = (off_t)block[b] * fs_block +
+			   (w ? w->base : image_base);
+		uint64_t range[2] = { at, fs_block };
+		int err = 0;
+
+		switch (rt->kind) {
+		case IMAGE_WRITE:
+		case DEV_WRITE:
+			err = pwrite(fd, buf_b, fs_block, at) != fs_block;
+			break;
+		case IMAGE_PUNCH:
+			err = fallocate(fd, FALLOC_FL_PUNCH_HOLE |
+					FALLOC_FL_KEEP_SIZE, at, fs_block);
+			break;
+		case DEV_ZEROOUT:
+			err = ioctl(fd, BLKZEROOUT, range);
+			break;
+		case DEV_DISCARD:
+			err = ioctl(fd, BLKDISCARD, range);
+			break;
+		case NR_ROUTE_KINDS:
+			break;
+		}
+		if (err)
+			helper_fail("%s of block %d on %s: %s",
+				    route_names[rt->kind], block[b], target,
+				    strerror(errno));
+	}
+	if (!w)
+		close(fd);
+	if (!ctl->error[0] && !before)
+		helper_bdev_check();
+}
+
 static void helper_op(int op)
 {
+	if (op >= OP_ROUTE) {
+		helper_route(op);
+		return;
+	}
 	switch (op) {
 	case OP_BELOW:
 		helper_below();
@@ -1131,6 +1261,8 @@ static void below_teardown(void)
 		close(*stack.file_fd);
 	if (stack.write_fd > 0)
 		close(stack.write_fd);
+	for (int i = 0; i < nr_writers; i++)
+		close(writers[i].fd);
 	if (made[0])
 		unlink(made);
 	/*
@@ -1142,8 +1274,9 @@ static void below_teardown(void)
 	    umount2(stack.mnt, MNT_DETACH))
 		fprintf(stderr, "cannot unmount %s: %s\n", stack.mnt,
 			strerror(errno));
-	if (stack.dm[0])
-		dm_remove(stack.dm);
+	for (int i = 2; i >= 0; i--)
+		if (stack.dm[i][0])
+			dm_remove(stack.dm[i]);
 	for (int i = 0; i < 2; i++) {
 		if (stack.loop[i][0])
 			loop_detach(stack.loop[i]);
@@ -1151,6 +1284,12 @@ static void below_teardown(void)
 			unlink(stack.img[i]);
 	}
 	rmdir(stack.mnt);
+	if (stack.tmp_mounted && umount(stack.tmp) &&
+	    umount2(stack.tmp, MNT_DETACH))
+		fprintf(stderr, "cannot unmount %s: %s\n", stack.tmp,
+			strerror(errno));
+	if (stack.tmp[0])
+		rmdir(stack.tmp);
 }
 
 static void make_image(const char *path, unsigned long long bytes)
@@ -1189,14 +1328,19 @@ static void mount_stack(unsigned long flags)
 	stack.mounted = true;
 }
 
-/* A dm-linear device over all of @loop: its node in stack.fs_dev. */
+/* Device-mapper device @i, dm-linear over all of @dev: its node in @node. */
+static void dm_linear(int i, const char *dev, char *node, size_t len)
+{
+	snprintf(stack.dm[i], sizeof(stack.dm[i]), "luf-hazards-%d-%d",
+		 (int)getpid(), i);
+	/* dm-reload's: read-only, whose tables open no writer below */
+	dm_node(dm_create(stack.dm[i], "linear", linear_table(dev),
+			  dev_sectors(dev), mode == DM_RELOAD), node, len);
+}
+
 static void dm_over(const char *loop)
 {
-	snprintf(stack.dm, sizeof(stack.dm), "luf-hazards-%d", (int)getpid());
-	/* dm-reload's: read-only, whose tables open no writer below */
-	dm_node(dm_create(stack.dm, "linear", linear_table(loop),
-			  stack.sectors, mode == DM_RELOAD),
-		stack.fs_dev, sizeof(stack.fs_dev));
+	dm_linear(0, loop, stack.fs_dev, sizeof(stack.fs_dev));
 }
 
 /*
@@ -1288,6 +1432,234 @@ static void below_setup(struct run *r)
 			die(1, "cannot open %s for writing: %s", bdev_path,
 			    strerror(errno));
 	}
+}
+
+/* --- below-random ---------------------------------------------------------- */
+
+/* A number below @n, the next of --seed's sequence (xorshift64). */
+static unsigned int draw(unsigned int n)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng % n;
+}
+
+static void add_writer(const char *path, long long base)
+{
+	struct writer *w = &writers[nr_writers];
+
+	if (nr_writers == MAX_WRITERS)
+		die(1, "below-random: more than %d writers", MAX_WRITERS);
+	snprintf(w->path, sizeof(w->path), "%s", path);
+	w->base = base;
+	w->fd = -1;
+	nr_writers++;
+}
+
+static void add_card(enum route_kind kind, int writer)
+{
+	deck[deck_size++] = (struct route){ kind, writer };
+}
+
+/* Whether block device @path takes discards (its queue's limit). */
+static bool discards(const char *path)
+{
+	char attr[96];
+	long long max = 0;
+	FILE *f;
+
+	snprintf(attr, sizeof(attr), "/sys/class/block/%s/queue/discard_max_bytes",
+		 strrchr(path, '/') + 1);
+	f = fopen(attr, "r");
+	if (f && fscanf(f, "%lld", &max) != 1)
+		max = 0;
+	if (f)
+		fclose(f);
+	return max > 0;
+}
+
+/* The partition layer of a drawn stack. */
+enum part_layer {
+	NO_PART,	/* the filesystem on the whole loop device */
+	FS_ON_PART,	/* on partition 1 of it (an MS-DOS table) */
+	PART_TABLE,	/* on the whole; partition 1 in its table too */
+	PART_ADDED,	/* on the whole; partition 1 added while mounted */
+	PART_GROWN,	/* on the whole; a small partition 1 grown so */
+	NR_PART_LAYERS
+};
+
+/*
+ * below-random's stack, drawn from --seed: an image in --dir or on a
+ * tmpfs of its own; a loop device over it; a partition layer (enum
+ * part_layer; partition 1 from sector 8 to the end); none, one or two
+ * dm-linear devices over the top, and with them perhaps a second
+ * dm-linear (a sibling) over the device under the lowest; ext2 on the
+ * top, mounted read-write.  The writers are every device below the
+ * filesystem's but its whole disk (R4 watches that), partition 1 over a
+ * filesystem on the whole disk, and the sibling.  BLKZEROOUT and
+ * BLKDISCARD claim the device for a moment, which only the sibling, of
+ * these, lets them; discards need the tmpfs (ext2 cannot punch holes in
+ * the image).  Tables and partitions that must be read while the disk is
+ * unclaimed come before device mapper claims it.  The deck holds every
+ * route the stack has, once.
+ */
+static void random_setup(struct run *r)
+{
+	unsigned long long file = r->slots * r->npages * PAGE_SIZE_4K;
+	bool on_tmpfs = draw(2), sibling;
+	enum part_layer part = draw(NR_PART_LAYERS);
+	int levels = draw(3), pid = (int)getpid(), sib = -1, at = 0;
+	char top[64], part1[64] = "", sysname[32], cmd[128];
+	/* the filesystem's offset on the loop device, and the top's */
+	long long fs_base = part == FS_ON_PART ? 8 * 512 : 0, top_base = 0;
+
+	sibling = levels && draw(2);
+	cleanup_push_fn(below_teardown);
+	stack.file_fd = &r->a.fd;
+	stack.sectors = ((file + 16 * MiB) / MiB) * MiB / 512;
+	snprintf(stack.mnt, sizeof(stack.mnt), "%s/luf-hazards-%d-mnt", dir,
+		 pid);
+	if (mkdir(stack.mnt, 0755))
+		die(1, "mkdir %s: %s", stack.mnt, strerror(errno));
+	if (on_tmpfs) {
+		snprintf(stack.tmp, sizeof(stack.tmp), "%s/luf-hazards-%d-tmp",
+			 dir, pid);
+		if (mkdir(stack.tmp, 0755) ||
+		    mount("tmpfs", stack.tmp, "tmpfs", 0, NULL))
+			die(1, "cannot mount a tmpfs on %s: %s", stack.tmp,
+			    strerror(errno));
+		stack.tmp_mounted = true;
+	}
+	if (on_tmpfs)
+		snprintf(stack.img[0], sizeof(stack.img[0]), "%s/%d.img",
+			 stack.tmp, pid);
+	else
+		snprintf(stack.img[0], sizeof(stack.img[0]),
+			 "%s/luf-hazards-%d-0.img", dir, pid);
+	make_image(stack.img[0], stack.sectors * 512);
+	image_base = fs_base;
+	loop_attach(stack.img[0], false, part != NO_PART, stack.loop[0],
+		    sizeof(stack.loop[0]));
+	snprintf(sysname, sizeof(sysname), "%sp1",
+		 strrchr(stack.loop[0], '/') + 1);
+	snprintf(top, sizeof(top), "%s", stack.loop[0]);
+	if (part == FS_ON_PART || part == PART_TABLE)
+		mbr_write(stack.loop[0], 8, stack.sectors - 8);
+	else if (part == PART_GROWN)
+		part_change(stack.loop[0], BLKPG_ADD_PARTITION, 1, 8, 8);
+	if (part != NO_PART && part != PART_ADDED)
+		blk_node(sysname, part1, sizeof(part1));
+	if (part == FS_ON_PART) {
+		snprintf(top, sizeof(top), "%s", part1);
+		top_base = 8 * 512;
+		/* under dm-linear, the whole disk is one writer more */
+		if (levels)
+			add_writer(stack.loop[0], fs_base);
+	}
+	for (int i = 0; i < levels; i++) {
+		char node[64];
+
+		add_writer(top, fs_base - top_base);
+		dm_linear(i, top, node, sizeof(node));
+		snprintf(top, sizeof(top), "%s", node);
+	}
+	if (sibling) {
+		char node[64];
+
+		/* beside the lowest dm-linear, over the device under it */
+		dm_linear(2, writers[part == FS_ON_PART].path, node,
+			  sizeof(node));
+		sib = nr_writers;
+		add_writer(node, fs_base - (part == FS_ON_PART ? 8 * 512 : 0));
+	}
+	snprintf(stack.fs_dev, sizeof(stack.fs_dev), "%s", top);
+	snprintf(cmd, sizeof(cmd), "mke2fs -q -b 4096 %s >/dev/null",
+		 stack.fs_dev);
+	fflush(stdout);
+	if (system(cmd))
+		die(1, "'%s' failed", cmd);
+	mount_stack(0);
+	if (part == PART_ADDED) {
+		part_change(stack.loop[0], BLKPG_ADD_PARTITION, 1, 8,
+			    stack.sectors - 8);
+		blk_node(sysname, part1, sizeof(part1));
+	} else if (part == PART_GROWN) {
+		part_change(stack.loop[0], BLKPG_RESIZE_PARTITION, 1, 8,
+			    stack.sectors - 8);
+	}
+	if (part >= PART_TABLE)
+		add_writer(part1, fs_base - 8 * 512);
+	make_file(&r->a, made, stack.mnt, 'a', r->slots * r->npages);
+	if (ioctl(r->a.fd, FIGETBSZ, &fs_block) || fs_block != 4096)
+		die(1, "the filesystem of %s has no 4096-byte blocks",
+		    r->a.path);
+
+	add_card(IMAGE_WRITE, -1);
+	if (on_tmpfs)
+		add_card(IMAGE_PUNCH, -1);
+	for (int i = 0; i < nr_writers; i++) {
+		/* after the mount, as below_setup()'s writer */
+		writers[i].fd = open(writers[i].path, O_WRONLY | O_DIRECT);
+		if (writers[i].fd < 0)
+			die(1, "cannot open %s for writing: %s",
+			    writers[i].path, strerror(errno));
+		add_card(DEV_WRITE, i);
+	}
+	if (sibling) {
+		add_card(DEV_ZEROOUT, sib);
+		if (discards(writers[sib].path))
+			add_card(DEV_DISCARD, sib);
+	}
+
+	/* what was drawn, for the result */
+	for (int i = 0; i < levels; i++)
+		at += snprintf(stack_text + at, sizeof(stack_text) - at,
+			       "dm-linear on ");
+	at += snprintf(stack_text + at, sizeof(stack_text) - at,
+		       "%sloop on an image on %s",
+		       part == FS_ON_PART ? "partition 1 of " : "",
+		       on_tmpfs ? "tmpfs" : "--dir");
+	if (part >= PART_TABLE)
+		at += snprintf(stack_text + at, sizeof(stack_text) - at,
+			       ", partition 1 over it %s",
+			       part == PART_TABLE ? "in a table" :
+			       part == PART_ADDED ? "added while mounted" :
+			       "grown while mounted");
+	if (sibling)
+		snprintf(stack_text + at, sizeof(stack_text) - at,
+			 ", a sibling dm-linear");
+}
+
+/* The deck's next route, shuffled again when it is used up: its index. */
+static int next_route(void)
+{
+	if (!deck_next)
+		for (int i = deck_size - 1; i > 0; i--) {
+			int j = draw(i + 1);
+			struct route c = deck[i];
+
+			deck[i] = deck[j];
+			deck[j] = c;
+		}
+	deck_next = (deck_next + 1) % deck_size;
+	return deck_next ? deck_next - 1 : deck_size - 1;
+}
+
+/*
+ * A route for the helper, whose copy of the deck is not shuffled: its kind
+ * and writer, and whether before the take-away.
+ */
+static int route_op(const struct route *rt, bool before)
+{
+	return OP_ROUTE + ((rt->kind * (MAX_WRITERS + 1) + rt->writer + 1) << 1 |
+			   before);
+}
+
+/* The routes after which the blocks read zeroes, not the new data. */
+static bool zeroes(enum route_kind kind)
+{
+	return kind != IMAGE_WRITE && kind != DEV_WRITE;
 }
 
 /* The bdev modes: the type of the filesystem mounted at --dir. */
@@ -1481,6 +1853,10 @@ static bool hazard(struct run *r, uintptr_t va, long region)
 	case LOOP_CHANGE_FD:	/* both changed the blocks before the take-away */
 		helper_command(OP_BDEV_CHECK);
 		break;
+	case BELOW_RANDOM:
+		helper_command(r->before ? OP_BDEV_CHECK :
+			       route_op(&deck[r->route], false));
+		break;
 	case ANON_MOVE:
 		stands = move_away(r, va, region);
 		/*
@@ -1519,8 +1895,16 @@ static void one_trial(struct run *r)
 
 	ctl->length = region * r->npages * PAGE_SIZE_4K;
 	file_image(&ctl->old, &r->a, region, r->npages);
-	if (mode == ANON_MOVE) {
-		/* the address is none now: a read fault maps the zero page */
+	if (mode == BELOW_RANDOM) {
+		r->route = next_route();
+		r->before = draw(2);
+	}
+	if (mode == ANON_MOVE ||
+	    (mode == BELOW_RANDOM && zeroes(deck[r->route].kind))) {
+		/*
+		 * anon-move: the address is none now, a read fault maps the
+		 * zero page; below-random: the blocks were zeroed
+		 */
 		memset(&ctl->new, 0, sizeof(ctl->new));
 	} else {
 		random_tag(ctl->new.tag, NEW_MAGIC ^ (uint64_t)t << 20);
@@ -1542,6 +1926,8 @@ static void one_trial(struct run *r)
 		helper_command(OP_BDEV_WRITE);
 	if (mode == LOOP_CHANGE_FD)
 		helper_command(OP_BELOW);
+	if (mode == BELOW_RANDOM && r->before)
+		helper_command(route_op(&deck[r->route], true));
 	trial_start(va, r->npages, t, modes[mode].after);
 
 	/*
@@ -1627,6 +2013,10 @@ static void one_trial(struct run *r)
 		r->disturbed++;
 	} else {
 		r->done++;
+		if (mode == BELOW_RANDOM) {
+			route_trials[deck[r->route].kind]++;
+			before_trials += r->before;
+		}
 	}
 	trial_stop();
 	/*
@@ -1661,12 +2051,20 @@ static void one_trial(struct run *r)
 
 static char mask[32];
 
-/* --dir DIR, --disable-rules MASK */
+/* --dir DIR, --disable-rules MASK, --seed N */
 static void own_arg(int i, char *value)
 {
 	char *end;
 	unsigned long m;
 
+	if (i == 2) {
+		errno = 0;
+		seed = strtoull(value, &end, 0);
+		if (errno || end == value || *end || value[0] == '-')
+			usage_error("bad --seed '%s': give a number", value);
+		seeded = true;
+		return;
+	}
 	if (i == 0) {
 		if (strlen(value) > 200)
 			usage_error("--dir: a path of at most 200 characters");
@@ -1687,8 +2085,9 @@ int main(int argc, char **argv)
 		"bdev", "bdev-closed", "reuse", "demote", "anon-write",
 		"anon-force", "anon-reuse", "anon-move", "anon-demote", "compact",
 		"loop-backing", "partition", "loop-change-fd", "dm-linear",
-		"dm-reload", NULL };
-	static const char *const own[] = { "dir", "disable-rules", NULL };
+		"dm-reload", "below-random", NULL };
+	static const char *const own[] = { "dir", "disable-rules", "seed",
+					   NULL };
 	struct attack_args args = {
 		.usage = usage, .modes = names, .own = own, .own_arg = own_arg };
 	struct fields extra = { 0 }, checks = { 0 };
@@ -1701,6 +2100,12 @@ int main(int argc, char **argv)
 
 	parse_attack_args(argc, argv, &args);
 	mode = args.mode;
+	if (seeded && mode != BELOW_RANDOM)
+		usage_error("--seed is below-random's");
+	if (!seeded)
+		seed = (unsigned long long)time(NULL) << 16 ^ getpid();
+	/* xorshift64 must not start at 0 */
+	rng = seed * 0x9e3779b97f4a7c15ULL | 1;
 	r.trials = args.trials;
 	/*
 	 * demote: a page's first meeting with reclaim only clears its young
@@ -1800,7 +2205,9 @@ int main(int argc, char **argv)
 			move_setup(&r);
 	} else {
 		cleanup_push_fn(remove_file);
-		if (below_mode())
+		if (mode == BELOW_RANDOM)
+			random_setup(&r);
+		else if (below_mode())
 			below_setup(&r);
 		else
 			make_file(&r.a, made, dir, 'a', r.slots * r.npages);
@@ -1877,6 +2284,29 @@ int main(int argc, char **argv)
 		field_int(&checks, "refused_trials", r.refused);
 	if (mode == ANON_MOVE)
 		field_int(&checks, "unmovable_trials", r.unmovable);
+	if (mode == BELOW_RANDOM) {
+		char routes[256];
+		int at = 0;
+
+		field_int(&extra, "seed", (long long)seed);
+		field_str(&extra, "stack", stack_text);
+		/* the counted trials by route: those the stack has */
+		at = snprintf(routes, sizeof(routes), "{");
+		for (int k = 0; k < NR_ROUTE_KINDS; k++) {
+			bool has = false;
+
+			for (int i = 0; i < deck_size; i++)
+				has |= deck[i].kind == (enum route_kind)k;
+			if (has)
+				at += snprintf(routes + at, sizeof(routes) - at,
+					       "%s\"%s\": %ld", at > 1 ? ", " : "",
+					       route_names[k], route_trials[k]);
+		}
+		snprintf(routes + at, sizeof(routes) - at, "}");
+		field_raw(&checks, "route_trials", routes);
+		field_int(&checks, "before_trials", before_trials);
+		field_int(&checks, "writers", nr_writers);
+	}
 	attack_switch_checks(&checks);
 	report_result(name, "threads", 0, &p, &extra, &checks);
 	phase_free(&p);

@@ -11,6 +11,8 @@ luf-hazards part run them the same way, and the selftest in the guest of
 the file modes.
 """
 
+import time
+
 from lab import vm
 
 MODES = ("bdev", "bdev-closed", "reuse", "demote", "anon-write", "anon-force",
@@ -20,8 +22,14 @@ MODES = ("bdev", "bdev-closed", "reuse", "demote", "anon-write", "anon-force",
 # in /scratch; a guest of their own, apart from the bdev modes, which mount
 # /scratch again after every trial
 BELOW_MODES = ("loop-backing", "partition", "loop-change-fd", "dm-linear",
-               "dm-reload")
+               "dm-reload", "below-random")
 MODES += BELOW_MODES
+# The standing hunt: below-random draws a stack of loop, partitions and
+# device mapper, and the routes that change its blocks, from its --seed;
+# runs of it with many seeds, a few trials each, hunt across stacks.  By
+# run length: seeds, trials each.
+RANDOM_MODE = "below-random"
+HUNT = {"quick": (16, 25), "soak": (200, 50)}
 # the tests of the series' selftest of LUF's rules (luf_hazards.c), in order
 SELFTEST_TESTS = ("cow", "force", "write", "dio", "truncate", "remap")
 SELFTEST_PAGES = 4      # a trial's pages there (NR_PAGES)
@@ -77,3 +85,19 @@ def groups():
             ("anon-demote",),
             ("compact",),
             BELOW_MODES]
+
+
+def hunt_seeds(n):
+    """@n seeds, new in every run of the hunt (it is one to go on finding
+    stacks no run has tried), and each printed with its run's result."""
+    base = int(time.time()) % 1_000_000 * 1000
+    return [base + i for i in range(n)]
+
+
+def hunt_script(length, disable_rules=None):
+    """The guest's script for a hunt of @length (HUNT): each seed's run of
+    below-random, labelled `RUN seed-<n>` (tests/stale_reads.runs())."""
+    seeds, trials = HUNT[length]
+    rules = f" --disable-rules {disable_rules}" if disable_rules else ""
+    return "".join(f"echo RUN seed-{s}; luf-hazards {RANDOM_MODE} --seed {s} "
+                   f"--trials {trials}{rules}\n" for s in hunt_seeds(seeds))

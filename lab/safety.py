@@ -18,7 +18,9 @@ each kernel the suite boots a guest per part (four for luf-hazards):
              text and data reclaim takes away (what LUF unmaps lazily);
   luf-hazards  guest/luf-hazards, every mode, on the kernels that have LUF:
              pages taken away lazily, then changed under a fresh translation
-             (one boot per group of modes, lab/luf_hazards.py).
+             (one boot per group of modes, lab/luf_hazards.py); with the
+             modes below the filesystem, the hunt: below-random with many
+             seeds, each a stack of loop, partitions and device mapper.
 
 It then compares patched with vanilla and debug with vanilla-debug (the
 unpatched kernel built the same way), prints one table per kernel and
@@ -255,15 +257,28 @@ def luf_trials(soak):
     return 3000 if soak else 100
 
 
+def hunt_length(soak):
+    return "soak" if soak else "quick"
+
+
 def luf_shape(modes, soak, variant):
-    # a trial takes under 0.1 s on patched under TCG; the rest is margin
-    seconds = len(modes) * luf_trials(soak) * 0.5 * SLOWDOWN[variant]
-    return luf_hazards.shape(modes, timeout=seconds + 300,
+    # a trial takes under 0.1 s on patched under TCG, and each of the
+    # hunt's stacks about a second to make; the rest is margin
+    trials = len(modes) * luf_trials(soak)
+    if luf_hazards.RANDOM_MODE in modes:
+        seeds, each = luf_hazards.HUNT[hunt_length(soak)]
+        trials += seeds * (each + 10)
+    return luf_hazards.shape(modes, timeout=trials * 0.5 * SLOWDOWN[variant] + 300,
                              scratch="512M" if soak else luf_hazards.SCRATCH)
 
 
 def luf_script(modes, soak):
-    return "".join(f"luf-hazards {m} --trials {luf_trials(soak)}\n" for m in modes)
+    """Each mode's trials; with below-random, the hunt's runs too (many
+    seeds, a stack each), counted in that mode's trials."""
+    script = "".join(f"luf-hazards {m} --trials {luf_trials(soak)}\n" for m in modes)
+    if luf_hazards.RANDOM_MODE in modes:
+        script += luf_hazards.hunt_script(hunt_length(soak))
+    return script
 
 
 def selftest_categories(soak):

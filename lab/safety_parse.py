@@ -415,7 +415,8 @@ def parse_trials(output, program, modes):
     exit status and its reason.  A violation line is printed the moment
     the reader sees the wrong data, so it counts even if the guest died
     before the program reported; a mode with no result did not finish
-    (exit -1)."""
+    (exit -1); of a mode run more than once, the first that did not pass
+    is kept."""
     out = {m: {"trials": 0, "violations": 0, "exit": -1, "message": "", "first": ""}
            for m in modes}
     for line in output.splitlines():
@@ -432,13 +433,14 @@ def parse_trials(output, program, modes):
                 out[mode]["trials"] += rec.get("trials", 0)
                 for key in ("luf_folios", "refused_trials"):
                     if key in rec.get("checks", {}):
-                        out[mode][key] = rec["checks"][key]
+                        out[mode][key] = out[mode].get(key, 0) + rec["checks"][key]
             else:
                 out[mode]["violations"] += 1
                 out[mode]["first"] = out[mode]["first"] or rest[:200]
         elif (r := ktap_result(line)) and r[1].startswith(program + "/"):
             mode = r[1].removeprefix(program + "/")
-            if mode in out:
+            # a mode run more than once (the hunt's seeds): its worst
+            if mode in out and out[mode]["exit"] in (-1, 0):
                 out[mode]["exit"] = KTAP_EXIT[r[2]]
                 out[mode]["message"] = r[3]
     return out

@@ -443,6 +443,37 @@ def test_luf_hazards_results_by_mode_and_their_problems():
         safety.table("patched", entry)
 
 
+def test_a_hunt_is_counted_whole_and_a_failed_seed_is_kept():
+    """The hunt runs below-random once a seed: the mode's trials and lazy
+    folios are the runs' sums, and a seed that failed is not hidden by the
+    seeds that passed after it."""
+    def run(seed, trials, verdict):
+        return [f"RUN seed-{seed}", "TAP version 13", "1..1",
+                'UNFLUSH-RESULT {"experiment":"luf-hazards/below-random",'
+                f'"trials":{trials},"violations":0,"seed":{seed},'
+                f'"checks":{{"luf_folios":{trials}}}}}',
+                f"{verdict} 1 luf-hazards/below-random"]
+    out = "\n".join(run(1, 25, "ok") + run(2, 3, "not ok") + run(3, 25, "ok"))
+    (luf,) = parse.parse_trials(out, "luf-hazards", ("below-random",)).values()
+    assert luf["trials"] == 53 and luf["luf_folios"] == 53
+    assert luf["exit"] == 1
+
+
+@pytest.mark.parametrize("soak", [False, True])
+def test_the_hunt_runs_each_seed_once_with_the_modes_below(soak):
+    (below,) = [g for g in luf_hazards.groups() if luf_hazards.RANDOM_MODE in g]
+    seeds, trials = luf_hazards.HUNT[safety.hunt_length(soak)]
+    script = safety.luf_script(below, soak)
+    runs = [ln for ln in script.splitlines() if "--seed" in ln]
+    assert len(runs) == seeds
+    assert len({ln.split("--seed ")[1].split()[0] for ln in runs}) == seeds
+    assert all(f"--trials {trials}" in ln and ln.startswith("echo RUN seed-")
+               for ln in runs)
+    # the hunt's trials have their time in the guest's
+    assert safety.luf_shape(below, soak, "debug").timeout > \
+        safety.luf_shape(below[:-1], soak, "debug").timeout + seeds * trials
+
+
 def test_luf_hazards_run_only_where_there_is_luf():
     assert set(safety.LUF_KERNELS) == {"patched", "debug", "patched-distro"}
     assert all(build.VARIANTS[k][0] == "patched" for k in safety.LUF_KERNELS)

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/blkpg.h>
 #include <linux/fs.h>
 #include <linux/loop.h>
 #include <stdio.h>
@@ -144,4 +145,35 @@ void mbr_write(const char *dev, unsigned int start, unsigned int sectors)
 	if (ioctl(fd, BLKRRPART))
 		die(1, "BLKRRPART on %s: %s", dev, strerror(errno));
 	close(fd);
+}
+
+void part_change(const char *dev, int op, int partno,
+		 unsigned long long start, unsigned long long sectors)
+{
+	struct blkpg_partition part = {
+		.start = start * 512, .length = sectors * 512, .pno = partno };
+	struct blkpg_ioctl_arg arg = {
+		.op = op, .datalen = sizeof(part), .data = &part };
+	/*
+	 * Read-only: BLKPG needs CAP_SYS_ADMIN, not a writer, and a writer
+	 * of a mounted whole disk would keep its files out of LUF (R4)
+	 */
+	int fd = open(dev, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0 || ioctl(fd, BLKPG, &arg))
+		die(1, "BLKPG %s of partition %d of %s (sectors %llu+%llu): %s",
+		    op == BLKPG_ADD_PARTITION ? "add" : "resize", partno, dev,
+		    start, sectors, strerror(errno));
+	close(fd);
+}
+
+unsigned long long dev_sectors(const char *dev)
+{
+	unsigned long long bytes;
+	int fd = open(dev, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0 || ioctl(fd, BLKGETSIZE64, &bytes))
+		die(1, "cannot read the size of %s: %s", dev, strerror(errno));
+	close(fd);
+	return bytes / 512;
 }

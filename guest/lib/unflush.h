@@ -177,7 +177,9 @@ void dm_remove(const char *name);
  * device over @image, its node's path in @path; @loop given another
  * backing file (it must be read-only), or detached; an MS-DOS partition
  * table on @dev with one partition of @sectors from sector @start, read
- * by the kernel (BLKRRPART).
+ * by the kernel (BLKRRPART); partition @partno of @dev added or resized
+ * (@op BLKPG_ADD_PARTITION or BLKPG_RESIZE_PARTITION) while the disk is in
+ * use; the size of @dev in 512-byte sectors.
  */
 void blk_node(const char *sysname, char *path, size_t len);
 /* The control device @path, misc minor @minor, opened; made if missing. */
@@ -187,6 +189,9 @@ void loop_attach(const char *image, bool read_only, bool partscan,
 void loop_change_fd(const char *loop, const char *image);
 void loop_detach(const char *loop);
 void mbr_write(const char *dev, unsigned int start, unsigned int sectors);
+void part_change(const char *dev, int op, int partno,
+		 unsigned long long start, unsigned long long sectors);
+unsigned long long dev_sectors(const char *dev);
 
 /* --- migrate.c: move_pages(2) of a whole range --- */
 

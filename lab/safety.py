@@ -65,6 +65,9 @@ BASELINE = {k: build.unpatched_twin(k) for k in KERNELS
 # The kernels built from the series, which have LUF: luf-hazards needs it.
 LUF_KERNELS = ("patched", "debug", "patched-distro")
 PARTS = ("selftests", "stress", "luf-hazards")
+# A part only asked for by name (--only): the hunt alone, which the
+# luf-hazards part runs with the modes below the filesystem.
+HUNT_PART = "storage-hunt"
 
 
 # --- what is run ----------------------------------------------------------------
@@ -580,6 +583,11 @@ def run_kernel(variant, soak, layer, outdir, parts=PARTS, categories=None):
             out = run_guest(kernel, f"luf-hazards-{modes[0]}", luf_script(modes, soak),
                             luf_shape(modes, soak, variant), outdir, kr, layer)
             kr.luf.update(parse.parse_trials(out, "luf-hazards", modes))
+    if HUNT_PART in parts and variant in LUF_KERNELS:
+        hunt = (luf_hazards.RANDOM_MODE,)
+        out = run_guest(kernel, HUNT_PART, luf_hazards.hunt_script(hunt_length(soak)),
+                        luf_shape(hunt, soak, variant), outdir, kr, layer)
+        kr.luf = parse.parse_trials(out, "luf-hazards", hunt)
     return kr
 
 
@@ -947,7 +955,9 @@ def add_arguments(p):
                         "debug with vanilla-debug, patched-distro with vanilla-distro, "
                         "patched-arm64 with vanilla-arm64 (arm64: the selftests part "
                         "only)")
-    p.add_argument("--only", choices=PARTS, help="run one part of the suite")
+    p.add_argument("--only", choices=PARTS + (HUNT_PART,),
+                   help=f"run one part of the suite; {HUNT_PART}: only the hunt "
+                        "of the luf-hazards part, below-random with many seeds")
     p.add_argument("--reference", choices=REFERENCES, default="whole",
                    help="needed: a baseline run beside its kernel (vanilla beside "
                         "patched) runs only the series' selftests and the categories "

@@ -77,7 +77,8 @@
  *             a memory cgroup of their own, which main leaves before the
  *             trials, and the helper's memory.reclaim of it, anonymous
  *             only, demotes them;
- *   loop-backing, partition, loop-change-fd, dm-linear, dm-reload  R9:
+ *   loop-backing, partition, loop-change-fd, dm-linear, dm-reload,
+ *   loop-offset  R9:
  *             the file's blocks change below its filesystem's device, on a
  *             stack of the mode's own in --dir, made before the mount: the
  *             loop device's backing image written; a partition of the
@@ -85,8 +86,11 @@
  *             loop device under dm-linear written; the other of two images
  *             made the loop device's (LOOP_CHANGE_FD, before the take-away:
  *             the ioctl flushes every TLB) or the dm-linear device's (a
- *             table load into a read-only device).  Then, as in bdev, the
- *             read-back fills the evicted index from the new blocks;
+ *             table load into a read-only device); the other of two
+ *             copies in one image made the loop device's by moving its
+ *             offset (LOOP_SET_STATUS64, before the take-away as well).
+ *             Then, as in bdev, the read-back fills the evicted index from
+ *             the new blocks;
  *   below-random  R9 too, hunting: a stack drawn from --seed (loop,
  *             partitions made every way, device mapper, a sibling device
  *             over the same blocks), and each trial the next of the
@@ -139,7 +143,7 @@ static const char usage[] =
 "usage: luf-hazards bdev|bdev-closed|reuse|demote|anon-write|anon-force|\n"
 "                   anon-reuse|anon-move|anon-demote|compact|loop-backing|\n"
 "                   partition|loop-change-fd|dm-linear|dm-reload|\n"
-"                   below-random [--seed N]\n"
+"                   loop-offset|below-random [--seed N]\n"
 "                   [--trials N]\n"
 "                   [--pages N] [--dir DIR] [--linger N] [--disable-rules MASK]\n"
 "                   [--keep-going] [--quick]\n"
@@ -168,12 +172,15 @@ static const char usage[] =
 "               data the file reads back.  Both bdev modes unmount and\n"
 "               mount the filesystem of --dir again before the first trial\n"
 "               and after each one (nothing else may be using it)\n"
-"  loop-backing, partition, loop-change-fd, dm-linear, dm-reload\n"
+"  loop-backing, partition, loop-change-fd, dm-linear, dm-reload,\n"
+"  loop-offset\n"
 "               R9: an ext2 on a loop device over an image in --dir (the\n"
 "               whole loop device, partitioned; or dm-linear over it); the\n"
 "               helper writes the image, a partition covering the\n"
 "               filesystem, or the loop device under dm, or makes a second\n"
-"               image the one read (LOOP_CHANGE_FD; a dm table load), then\n"
+"               image the one read (LOOP_CHANGE_FD; a dm table load; in\n"
+"               loop-offset, the second copy in one image, by moving the\n"
+"               loop device's offset with LOOP_SET_STATUS64), then\n"
 "               reads the file back like bdev; the reader must see the\n"
 "               new data\n"
 "  below-random R9: a stack drawn from --seed (default: from the time;\n"
@@ -309,7 +316,8 @@ struct uffdio_move {
 
 enum mode { BDEV, BDEV_CLOSED, REUSE, DEMOTE, ANON_WRITE, ANON_FORCE,
 	    ANON_REUSE, ANON_MOVE, ANON_DEMOTE, COMPACT, LOOP_BACKING,
-	    PARTITION, LOOP_CHANGE_FD, DM_LINEAR, DM_RELOAD, BELOW_RANDOM };
+	    PARTITION, LOOP_CHANGE_FD, DM_LINEAR, DM_RELOAD, LOOP_OFFSET,
+	    BELOW_RANDOM };
 static const struct {
 	const char *rule;
 	enum after_done after;
@@ -329,6 +337,7 @@ static const struct {
 	[LOOP_CHANGE_FD] = { "R9", AFTER_NEW },
 	[DM_LINEAR] = { "R9",   AFTER_NEW },
 	[DM_RELOAD] = { "R9",   AFTER_NEW },
+	[LOOP_OFFSET] = { "R9", AFTER_NEW },
 	[BELOW_RANDOM] = { "R9", AFTER_NEW },
 };
 enum op { OP_TAKE = 1, OP_BDEV, OP_BDEV_WRITE, OP_BDEV_CHECK, OP_REUSE,
@@ -380,7 +389,27 @@ static bool below_mode(void)
 {
 	return mode == LOOP_BACKING || mode == PARTITION ||
 	       mode == LOOP_CHANGE_FD || mode == DM_LINEAR ||
-	       mode == DM_RELOAD || mode == BELOW_RANDOM;
+	       mode == DM_RELOAD || mode == LOOP_OFFSET || mode == BELOW_RANDOM;
+}
+
+/* The below modes that make other blocks the ones the filesystem reads. */
+static bool swap_mode(void)
+{
+	return mode == LOOP_CHANGE_FD || mode == DM_RELOAD ||
+	       mode == LOOP_OFFSET;
+}
+
+/*
+ * The swap modes whose ioctl makes every CPU flush its TLB (function-call
+ * IPIs: the loop driver invalidates the device's page cache, which drains
+ * every CPU's LRU batches): done after the take-away, it would flush the
+ * reader's stale entry itself, and with R9 off 20 lazy trials of
+ * loop-change-fd saw no violation.  They change the blocks before the
+ * take-away, while the page is cached and mapped, and read back after it.
+ */
+static bool swaps_before(void)
+{
+	return mode == LOOP_CHANGE_FD || mode == LOOP_OFFSET;
 }
 
 /* the modes whose trials change the blocks and read the file back */
@@ -633,15 +662,12 @@ static void helper_bdev_write(void)
  * mounted device for writing: the loop device's backing image written
  * (loop-backing); the partition that covers the filesystem's blocks on
  * the mounted whole disk (partition); the loop device under dm-linear
- * (dm-linear); or the other image, then made the one the filesystem reads
- * by LOOP_CHANGE_FD (loop-change-fd) or by a device-mapper table load
- * (dm-reload).  Then the file read back, as in the bdev modes: the page
- * cache fills the evicted index from the new blocks.  loop-change-fd does
- * this before the take-away, while the page is cached and mapped, and
- * reads back after it: the ioctl makes every CPU flush its whole TLB
- * (function-call IPIs, two or three a trial more than the other modes
- * send), so done after the take-away it flushed the reader's stale entry
- * itself, and with R9 off 20 lazy trials saw no violation.
+ * (dm-linear); or the other image (or copy), then made the one the
+ * filesystem reads by LOOP_CHANGE_FD (loop-change-fd), by a device-mapper
+ * table load (dm-reload) or by moving the loop device's window
+ * (loop-offset).  Then the file read back, as in the bdev modes: the page
+ * cache fills the evicted index from the new blocks; the swaps_before()
+ * modes read back apart, after the take-away.
  */
 static void helper_below(void)
 {
@@ -649,10 +675,15 @@ static void helper_below(void)
 		__attribute__((aligned(PAGE_SIZE_4K)));
 	static int block[TRIAL_MAX_PAGES * PAGE_SIZE_4K / 512];
 	int n = helper_new_blocks(buf, block), other = !stack.live, wfd;
-	bool swap = mode == LOOP_CHANGE_FD || mode == DM_RELOAD;
+	bool swap = swap_mode();
 	/* an image is written as a file, a device by its writer's fd */
 	const char *target = swap || mode == LOOP_BACKING ?
-			     stack.img[swap ? other : 0] : bdev_path;
+			     stack.img[mode == LOOP_OFFSET ? 1 :
+				       swap ? other : 0] : bdev_path;
+	/* loop-offset: the other copy, in the second image */
+	long long base = mode == LOOP_OFFSET ?
+			 (long long)(other * stack.sectors * 512) :
+			 stack.write_base;
 
 	if (n < 0)
 		return;
@@ -662,7 +693,7 @@ static void helper_below(void)
 			    strerror(errno));
 	for (int b = 0; b < n && !ctl->error[0]; b++)
 		if (pwrite(wfd, (char *)buf + (size_t)b * fs_block, fs_block,
-			   (off_t)block[b] * fs_block + stack.write_base) !=
+			   (off_t)block[b] * fs_block + base) !=
 		    fs_block)
 			helper_fail("cannot write block %d of %s: %s", block[b],
 				    target, strerror(errno));
@@ -675,10 +706,12 @@ static void helper_below(void)
 	if (mode == DM_RELOAD)
 		dm_reload(stack.dm[0], "linear", linear_table(stack.loop[other]),
 			  stack.sectors, true);
+	if (mode == LOOP_OFFSET)
+		loop_set_offset(stack.loop[0], other * stack.sectors * 512,
+				stack.sectors * 512);
 	if (swap)
 		stack.live = other;
-	/* loop-change-fd swaps before the take-away: its read-back is apart */
-	if (mode != LOOP_CHANGE_FD)
+	if (!swaps_before())
 		helper_bdev_check();
 }
 
@@ -1302,14 +1335,16 @@ static void make_image(const char *path, unsigned long long bytes)
 	close(fd);
 }
 
-static void copy_image(const char *from, const char *to)
+/* @from copied into @to from byte @at on (a new @to if @at is 0). */
+static void copy_image(const char *from, const char *to, off_t at)
 {
 	static char buf[1 << 16];
 	int in = open(from, O_RDONLY | O_CLOEXEC);
-	int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int out = open(to, O_WRONLY | O_CREAT | (at ? 0 : O_TRUNC) | O_CLOEXEC,
+		       0644);
 	ssize_t n;
 
-	if (in < 0 || out < 0)
+	if (in < 0 || out < 0 || lseek(out, at, SEEK_SET) != at)
 		die(1, "cannot copy %s to %s: %s", from, to, strerror(errno));
 	while ((n = read(in, buf, sizeof(buf))) > 0)
 		if (write(out, buf, n) != n)
@@ -1357,7 +1392,7 @@ static void dm_over(const char *loop)
 static void below_setup(struct run *r)
 {
 	unsigned long long file = r->slots * r->npages * PAGE_SIZE_4K;
-	bool swap = mode == LOOP_CHANGE_FD || mode == DM_RELOAD;
+	bool swap = swap_mode();
 	char cmd[128];
 
 	cleanup_push_fn(below_teardown);
@@ -1402,9 +1437,15 @@ static void below_setup(struct run *r)
 		stack.mounted = false;
 		loop_detach(stack.loop[0]);
 		stack.loop[0][0] = 0;
-		copy_image(stack.img[0], stack.img[1]);
-		loop_attach(stack.img[0], true, false, stack.loop[0],
-			    sizeof(stack.loop[0]));
+		copy_image(stack.img[0], stack.img[1], 0);
+		/* loop-offset: the copies one after the other in one image */
+		if (mode == LOOP_OFFSET)
+			copy_image(stack.img[0], stack.img[1],
+				   stack.sectors * 512);
+		loop_attach(stack.img[mode == LOOP_OFFSET], true, false,
+			    stack.loop[0], sizeof(stack.loop[0]));
+		if (mode == LOOP_OFFSET)
+			loop_set_offset(stack.loop[0], 0, stack.sectors * 512);
 		snprintf(stack.fs_dev, sizeof(stack.fs_dev), "%s",
 			 stack.loop[0]);
 		if (mode == DM_RELOAD) {
@@ -1850,7 +1891,8 @@ static bool hazard(struct run *r, uintptr_t va, long region)
 		helper_command(OP_BELOW);
 		break;
 	case BDEV_CLOSED:
-	case LOOP_CHANGE_FD:	/* both changed the blocks before the take-away */
+	case LOOP_CHANGE_FD:	/* these changed the blocks before the take-away */
+	case LOOP_OFFSET:
 		helper_command(OP_BDEV_CHECK);
 		break;
 	case BELOW_RANDOM:
@@ -1924,7 +1966,7 @@ static void one_trial(struct run *r)
 	/* the page is cached and mapped: the device's new blocks stay under it */
 	if (mode == BDEV_CLOSED)
 		helper_command(OP_BDEV_WRITE);
-	if (mode == LOOP_CHANGE_FD)
+	if (swaps_before())
 		helper_command(OP_BELOW);
 	if (mode == BELOW_RANDOM && r->before)
 		helper_command(route_op(&deck[r->route], true));
@@ -2085,7 +2127,7 @@ int main(int argc, char **argv)
 		"bdev", "bdev-closed", "reuse", "demote", "anon-write",
 		"anon-force", "anon-reuse", "anon-move", "anon-demote", "compact",
 		"loop-backing", "partition", "loop-change-fd", "dm-linear",
-		"dm-reload", "below-random", NULL };
+		"dm-reload", "loop-offset", "below-random", NULL };
 	static const char *const own[] = { "dir", "disable-rules", "seed",
 					   NULL };
 	struct attack_args args = {
@@ -2159,9 +2201,9 @@ int main(int argc, char **argv)
 	if (anon_mode())
 		require_swap(r.slots * r.npages * PAGE_SIZE_4K);
 	else
-		/* the below modes: the file in each of two images */
+		/* the below modes: the file in three images' room at most */
 		check_dir(dir, below_mode() ?
-			  2 * (r.slots * r.npages * PAGE_SIZE_4K + 16 * MiB) :
+			  3 * (r.slots * r.npages * PAGE_SIZE_4K + 16 * MiB) :
 			  r.slots * r.npages * PAGE_SIZE_4K);
 
 	pin_main(main_cpu);

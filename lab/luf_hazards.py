@@ -22,7 +22,7 @@ MODES = ("bdev", "bdev-closed", "reuse", "demote", "anon-write", "anon-force",
 # in /scratch; a guest of their own, apart from the bdev modes, which mount
 # /scratch again after every trial
 BELOW_MODES = ("loop-backing", "partition", "loop-change-fd", "dm-linear",
-               "dm-reload", "below-random")
+               "dm-reload", "loop-offset", "below-random")
 MODES += BELOW_MODES
 # The standing hunt: below-random draws a stack of loop, partitions and
 # device mapper, and the routes that change its blocks, from its --seed;

@@ -115,6 +115,23 @@ void loop_change_fd(const char *loop, const char *image)
 	close(fd);
 }
 
+void loop_set_offset(const char *loop, unsigned long long offset,
+		     unsigned long long sizelimit)
+{
+	struct loop_info64 info;
+	int fd = loop_open(loop);
+
+	/* what the device has, its read-only flag too, but for the window */
+	if (ioctl(fd, LOOP_GET_STATUS64, &info))
+		die(1, "LOOP_GET_STATUS64 of %s: %s", loop, strerror(errno));
+	info.lo_offset = offset;
+	info.lo_sizelimit = sizelimit;
+	if (ioctl(fd, LOOP_SET_STATUS64, &info))
+		die(1, "LOOP_SET_STATUS64 of %s (offset %llu, size limit %llu): %s",
+		    loop, offset, sizelimit, strerror(errno));
+	close(fd);
+}
+
 void loop_detach(const char *loop)
 {
 	int fd = loop_open(loop);

@@ -175,7 +175,9 @@ void dm_remove(const char *name);
  * Block-device stacks (lib/stack.c), each dying on an error: the node in
  * /dev of block device @sysname ("loop0p1"), made if missing; a free loop
  * device over @image, its node's path in @path; @loop given another
- * backing file (it must be read-only), or detached; an MS-DOS partition
+ * backing file (it must be read-only), or another window of its file
+ * (LOOP_SET_STATUS64: @offset and @sizelimit in bytes), or detached; an
+ * MS-DOS partition
  * table on @dev with one partition of @sectors from sector @start, read
  * by the kernel (BLKRRPART); partition @partno of @dev added or resized
  * (@op BLKPG_ADD_PARTITION or BLKPG_RESIZE_PARTITION) while the disk is in
@@ -187,6 +189,8 @@ int misc_open(const char *path, unsigned int minor, const char *option);
 void loop_attach(const char *image, bool read_only, bool partscan,
 		 char *path, size_t len);
 void loop_change_fd(const char *loop, const char *image);
+void loop_set_offset(const char *loop, unsigned long long offset,
+		     unsigned long long sizelimit);
 void loop_detach(const char *loop);
 void mbr_write(const char *dev, unsigned int start, unsigned int sectors);
 void part_change(const char *dev, int op, int partno,

@@ -130,6 +130,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/swap.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/vfs.h>
@@ -143,7 +144,7 @@ static const char usage[] =
 "usage: luf-hazards bdev|bdev-closed|reuse|demote|anon-write|anon-force|\n"
 "                   anon-reuse|anon-move|anon-demote|compact|loop-backing|\n"
 "                   partition|loop-change-fd|dm-linear|dm-reload|\n"
-"                   loop-offset|below-random [--seed N]\n"
+"                   loop-offset|below-random [--seed N]|swap-below\n"
 "                   [--trials N]\n"
 "                   [--pages N] [--dir DIR] [--linger N] [--disable-rules MASK]\n"
 "                   [--keep-going] [--quick]\n"
@@ -214,6 +215,11 @@ static const char usage[] =
 "               exclusive; after the take-away main writes new data through\n"
 "               /proc/self/mem and reads it back\n"
 "  anon-reuse   R1, as reuse, for anon-write's pages\n"
+"  swap-below   R9 for anonymous memory: anon-force's pages, swapped to an\n"
+"               area of its own, preferred, on a loop device over an\n"
+"               image in --dir; after the take-away main writes new data\n"
+"               into their slots in the image, then reads them: the\n"
+"               swap-in reads the changed slots\n"
 "  anon-move    R5: main's own anonymous pages (MADV_DONTFORK), written,\n"
 "               swapped out, soft-dirty cleared (/proc/self/clear_refs), so\n"
 "               that the swap-in maps them read-only; after the take-away\n"
@@ -267,7 +273,8 @@ static const char usage[] =
 "anon-demote, pages migrated by it, pgmigrate_success; compact:\n"
 "compacted_pages, pages moved and still on the node; the bdev modes:\n"
 "refaulted_trials; bdev-closed: refused_trials, counted in trials; anon-move:\n"
-"unmovable_trials, a page UFFDIO_MOVE would not move, counted as disturbed;\n"
+"unmovable_trials, a page UFFDIO_MOVE would not move (swap-below: a page\n"
+"swapped in again before the write), counted as disturbed;\n"
 "below-random: seed and stack in the result, route_trials by route,\n"
 "before_trials, writers).\n"
 "KTAP (lib/ktap.h): one test, luf-hazards/<mode>, after the result line.\n"
@@ -317,7 +324,7 @@ struct uffdio_move {
 enum mode { BDEV, BDEV_CLOSED, REUSE, DEMOTE, ANON_WRITE, ANON_FORCE,
 	    ANON_REUSE, ANON_MOVE, ANON_DEMOTE, COMPACT, LOOP_BACKING,
 	    PARTITION, LOOP_CHANGE_FD, DM_LINEAR, DM_RELOAD, LOOP_OFFSET,
-	    BELOW_RANDOM };
+	    BELOW_RANDOM, SWAP_BELOW };
 static const struct {
 	const char *rule;
 	enum after_done after;
@@ -339,6 +346,7 @@ static const struct {
 	[DM_RELOAD] = { "R9",   AFTER_NEW },
 	[LOOP_OFFSET] = { "R9", AFTER_NEW },
 	[BELOW_RANDOM] = { "R9", AFTER_NEW },
+	[SWAP_BELOW] = { "R9",  AFTER_NEW },
 };
 enum op { OP_TAKE = 1, OP_BDEV, OP_BDEV_WRITE, OP_BDEV_CHECK, OP_REUSE,
 	  OP_DROP, OP_BELOW,
@@ -375,7 +383,7 @@ static bool node_mode(void)
 static bool anon_mode(void)
 {
 	return mode == ANON_WRITE || mode == ANON_FORCE || mode == ANON_REUSE ||
-	       mode == ANON_MOVE || mode == ANON_DEMOTE;
+	       mode == ANON_MOVE || mode == ANON_DEMOTE || mode == SWAP_BELOW;
 }
 
 /* the modes that write the file's blocks through its block device */
@@ -487,7 +495,7 @@ static const char *linear_table(const char *dev)
 /* the modes whose pages are main's own, kept from the helper by fork() */
 static bool own_anon_mode(void)
 {
-	return mode == ANON_FORCE || mode == ANON_MOVE;
+	return mode == ANON_FORCE || mode == ANON_MOVE || mode == SWAP_BELOW;
 }
 
 /* A file of the lab's data-disk format: page p is p, then the file's tag. */
@@ -950,7 +958,8 @@ static void make_anon(struct run *r)
 	if (mode == ANON_MOVE && !write_text(CLEAR_REFS, "4"))
 		ktap_skip_exit("cannot write 4 to " CLEAR_REFS " (%s): anon-move needs CONFIG_MEM_SOFT_DIRTY",
 			       strerror(errno));
-	for (long k = 0; mode == ANON_FORCE && k < r->slots; k++)
+	for (long k = 0; (mode == ANON_FORCE || mode == SWAP_BELOW) &&
+			 k < r->slots; k++)
 		if (mprotect((void *)r->anon_va[k], len, PROT_READ))
 			die(1, "mprotect(PROT_READ) of anonymous memory: %s",
 			    strerror(errno));
@@ -1353,6 +1362,52 @@ static void copy_image(const char *from, const char *to, off_t at)
 		die(1, "cannot copy %s to %s: %s", from, to, strerror(errno));
 	close(in);
 	close(out);
+}
+
+/*
+ * swap-below: a swap area of its own, preferred to every other, on a loop
+ * device over an image in --dir, which stays open for writing: writes to
+ * an active swap device itself are refused (ETXTBSY), but not those to
+ * what is under it.  Made before the pages are, so that they go there.
+ */
+static int swap_fd = -1;
+static char swap_img[256], swap_loop[64];
+static bool swap_on;
+
+static void swap_teardown(void)
+{
+	/* swapoff reads every page of the area back in first */
+	if (swap_on && swapoff(swap_loop))
+		fprintf(stderr, "swapoff %s: %s\n", swap_loop, strerror(errno));
+	if (swap_fd >= 0)
+		close(swap_fd);
+	if (swap_loop[0])
+		loop_detach(swap_loop);
+	if (swap_img[0])
+		unlink(swap_img);
+}
+
+static void swap_setup(struct run *r)
+{
+	unsigned long long bytes = r->slots * r->npages * PAGE_SIZE_4K + 16 * MiB;
+	char cmd[128];
+
+	cleanup_push_fn(swap_teardown);
+	snprintf(swap_img, sizeof(swap_img), "%s/luf-hazards-%d-swap.img",
+		 dir, (int)getpid());
+	make_image(swap_img, bytes);
+	loop_attach(swap_img, false, false, swap_loop, sizeof(swap_loop));
+	snprintf(cmd, sizeof(cmd), "mkswap %s >/dev/null", swap_loop);
+	fflush(stdout);
+	if (system(cmd))
+		die(1, "'%s' failed", cmd);
+	if (swapon(swap_loop, SWAP_FLAG_PREFER | SWAP_FLAG_PRIO_MASK))
+		die(1, "swapon %s: %s", swap_loop, strerror(errno));
+	swap_on = true;
+	swap_fd = open(swap_img, O_WRONLY | O_CLOEXEC);
+	if (swap_fd < 0)
+		die(1, "cannot open %s for writing: %s", swap_img,
+		    strerror(errno));
 }
 
 static void mount_stack(unsigned long flags)
@@ -1859,6 +1914,45 @@ static void force_write(struct run *r, uintptr_t va)
 }
 
 /*
+ * swap-below: the new data written into the swap slots of the trial's pages
+ * (their swap entries in /proc/self/pagemap) in the image under the swap
+ * area's loop device, then read back by main, whose read fault swaps them
+ * in from the changed slots: a fresh translation gives the new data.
+ * False, with nothing written, if a page was swapped in again first (the
+ * reader's fault, its entry gone from its TLB): the old data stays what a
+ * fresh translation gives, and the trial counts as disturbed.
+ */
+static bool swap_write(struct run *r, uintptr_t va)
+{
+	static uint64_t buf[TRIAL_MAX_PAGES][PAGE_WORDS]
+		__attribute__((aligned(PAGE_SIZE_4K)));
+	size_t len = r->npages * PAGE_SIZE_4K;
+	uint64_t e[TRIAL_MAX_PAGES];
+
+	for (int i = 0; i < r->npages; i++) {
+		e[i] = pagemap_self(va + i * PAGE_SIZE_4K);
+		if (!swapped_entry(e[i])) {
+			ctl->new = ctl->old;
+			return false;
+		}
+	}
+	for (int i = 0; i < r->npages; i++) {
+		/* pagemap: swap type in bits 0-4, offset in bits 5-54 */
+		off_t slot = (e[i] >> 5) & ((1ULL << 50) - 1);
+
+		fill_page(buf[i], ctl->new.index[i], ctl->new.tag);
+		if (pwrite(swap_fd, buf[i], PAGE_SIZE_4K, slot * PAGE_SIZE_4K) !=
+		    PAGE_SIZE_4K)
+			die(1, "cannot write swap slot %lld in %s: %s",
+			    (long long)slot, swap_img, strerror(errno));
+	}
+	if (memcmp((const void *)va, buf, len))
+		die(1, "the pages at 0x%lx do not read back what was written into their swap slots in %s: did they go to another swap area?",
+		    (unsigned long)va, swap_img);
+	return true;
+}
+
+/*
  * After a lazy take-away: make a fresh translation give other bytes; false
  * if the trial cannot stand (anon-move's move_away()).
  */
@@ -1880,6 +1974,9 @@ static bool hazard(struct run *r, uintptr_t va, long region)
 		break;
 	case ANON_FORCE:
 		force_write(r, va);
+		break;
+	case SWAP_BELOW:
+		stands = swap_write(r, va);
 		break;
 	case BDEV:
 		helper_command(OP_BDEV);
@@ -2127,7 +2224,7 @@ int main(int argc, char **argv)
 		"bdev", "bdev-closed", "reuse", "demote", "anon-write",
 		"anon-force", "anon-reuse", "anon-move", "anon-demote", "compact",
 		"loop-backing", "partition", "loop-change-fd", "dm-linear",
-		"dm-reload", "loop-offset", "below-random", NULL };
+		"dm-reload", "loop-offset", "below-random", "swap-below", NULL };
 	static const char *const own[] = { "dir", "disable-rules", "seed",
 					   NULL };
 	struct attack_args args = {
@@ -2242,6 +2339,8 @@ int main(int argc, char **argv)
 	}
 	fresh_va_reserve(&r.va, r.slots, r.npages * PAGE_SIZE_4K, PAGE_SIZE_4K);
 	if (anon_mode()) {
+		if (mode == SWAP_BELOW)
+			swap_setup(&r);
 		make_anon(&r);
 		if (mode == ANON_MOVE)
 			move_setup(&r);
@@ -2259,6 +2358,7 @@ int main(int argc, char **argv)
 	snprintf(ctl->path, sizeof(ctl->path), "%s", r.a.path);
 	if (mode == ANON_FORCE)
 		force_setup();
+
 
 	/*
 	 * the bdev and below modes: the helper must not inherit the file (it
@@ -2324,7 +2424,7 @@ int main(int argc, char **argv)
 		field_int(&checks, "refaulted_trials", r.refaulted);
 	if (mode == BDEV_CLOSED)
 		field_int(&checks, "refused_trials", r.refused);
-	if (mode == ANON_MOVE)
+	if (mode == ANON_MOVE || mode == SWAP_BELOW)
 		field_int(&checks, "unmovable_trials", r.unmovable);
 	if (mode == BELOW_RANDOM) {
 		char routes[256];

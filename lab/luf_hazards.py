@@ -16,7 +16,7 @@ import time
 from lab import vm
 
 MODES = ("bdev", "bdev-closed", "reuse", "demote", "anon-write", "anon-force",
-         "anon-reuse", "anon-move", "anon-demote", "compact")
+         "anon-reuse", "anon-move", "swap-below", "anon-demote", "compact")
 # the modes that change a file's blocks below its filesystem's device, each
 # on a stack of loop devices (and a partition, or device mapper) of its own
 # in /scratch; a guest of their own, apart from the bdev modes, which mount
@@ -43,7 +43,7 @@ REFUSED_MODES = ("bdev-closed",)
 NODE1_MODES = ("demote", "anon-demote", "compact")
 # modes whose pages are anonymous and go to swap
 SWAP_MODES = ("anon-write", "anon-force", "anon-reuse", "anon-move",
-              "anon-demote")
+              "swap-below", "anon-demote")
 # modes an arm64 guest cannot run, and why
 NOT_ON_ARM64 = {
     # its pages are exclusive; only clearing their soft-dirty bits makes the

@@ -588,6 +588,12 @@ def run_kernel(variant, soak, layer, outdir, parts=PARTS, categories=None):
         out = run_guest(kernel, HUNT_PART, luf_hazards.hunt_script(hunt_length(soak)),
                         luf_shape(hunt, soak, variant), outdir, kr, layer)
         kr.luf = parse.parse_trials(out, "luf-hazards", hunt)
+        # what each seed drew and did: the hunt's record, apart from the
+        # guest's log (counters of every run)
+        runs = parse.parse_hunt(out, f"luf-hazards/{luf_hazards.RANDOM_MODE}")
+        (outdir / f"{variant}-{HUNT_PART}.json").write_text(
+            json.dumps({"stacks": len({r["stack"] for r in runs}), "runs": runs},
+                       indent=1) + "\n")
     return kr
 
 

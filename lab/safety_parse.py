@@ -445,3 +445,28 @@ def parse_trials(output, program, modes):
                 out[mode]["message"] = r[3]
     return out
 
+
+
+def parse_hunt(output, experiment):
+    """The hunt's runs of @experiment (luf-hazards/below-random), one a
+    seed: what each drew and did, from its UNFLUSH-RESULT line."""
+    runs = []
+    for line in output.splitlines():
+        tag, _, rest = line.partition(" ")
+        if tag != "UNFLUSH-RESULT":
+            continue
+        try:
+            rec = json.loads(rest)
+        except ValueError:
+            continue
+        if rec.get("experiment") != experiment:
+            continue
+        checks, counters = rec.get("checks", {}), rec.get("counters", {})
+        runs.append({"seed": rec.get("seed"), "stack": rec.get("stack"),
+                     "trials": rec.get("trials", 0),
+                     "violations": rec.get("violations", 0),
+                     "lazy_trials": checks.get("lazy_trials", 0),
+                     "before_trials": checks.get("before_trials", 0),
+                     "route_trials": checks.get("route_trials", {}),
+                     "fill_flushes": counters.get("nr_tlb_flush_luf_fill", 0)})
+    return runs

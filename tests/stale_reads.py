@@ -93,8 +93,11 @@ RULE_FLUSHES = {"cow": ("nr_tlb_flush_luf_mm", "nr_tlb_flush_luf_fill"),
                 **dict.fromkeys(luf_hazards.BELOW_MODES, ("nr_tlb_flush_luf_fill",)),
                 "reuse": ("nr_tlb_flush_luf_special",),
                 "demote": ("nr_tlb_flush_luf_special",),
-                "anon-write": ("nr_tlb_flush_luf_mm",),
-                "anon-force": ("nr_tlb_flush_luf_mm",),
+                # the write fault swaps the page in first: R9 there (patch 27)
+                "anon-write": ("nr_tlb_flush_luf_mm", "nr_tlb_flush_luf_fill"),
+                "anon-force": ("nr_tlb_flush_luf_mm", "nr_tlb_flush_luf_fill"),
+                # the swap-in of a slot changed below the swap layer (R9)
+                "swap-below": ("nr_tlb_flush_luf_fill",),
                 "anon-reuse": ("nr_tlb_flush_luf_special",),
                 "anon-demote": ("nr_tlb_flush_luf_special",),
                 # compaction's own release, at its end

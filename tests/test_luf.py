@@ -62,13 +62,14 @@ R1, R3, R4, R5, R6 = (1 << bit for bit in range(5))
 R9 = 1 << 6
 # Every test and mode of a file page that reads the evicted index again
 # (cow's and force's fault, write's buffered write, the bdev modes'
-# read-back, dio's check) meets R9's flush there too: their test switches
-# it off with their own rule
+# read-back, dio's check), and of an anonymous page that is swapped in
+# again (anon-write's and anon-force's write faults), meets R9's flush
+# there too: their test switches it off with their own rule
 RULES = {"cow": R3 | R9, "force": R3 | R9, "write": R4 | R9, "dio": R4 | R6 | R9,
          "truncate": R4 | R6, "remap": R5,
          "bdev": R4 | R9, "bdev-closed": R4 | R9, "reuse": R1, "demote": R1,
-         "anon-write": R3, "anon-force": R3, "anon-reuse": R1, "anon-move": R5,
-         "anon-demote": R1, "compact": R1,
+         "anon-write": R3 | R9, "anon-force": R3 | R9, "anon-reuse": R1, "anon-move": R5,
+         "anon-demote": R1, "compact": R1, "swap-below": R9,
          **{m: R9 for m in luf_hazards.BELOW_MODES}}
 
 # What the reader sees when the mode's rule is missing: the page's bytes from
@@ -79,7 +80,7 @@ RULES = {"cow": R3 | R9, "force": R3 | R9, "write": R4 | R9, "dio": R4 | R6 | R9
 KIND = {"bdev": ("old",), "bdev-closed": ("old",),
         **{m: ("old",) for m in luf_hazards.BELOW_MODES},
         "reuse": ("canary", "foreign"), "demote": ("canary", "foreign"),
-        "anon-write": ("old",), "anon-force": ("old",),
+        "anon-write": ("old",), "anon-force": ("old",), "swap-below": ("old",),
         "anon-reuse": ("canary", "foreign"), "anon-move": ("old",),
         "anon-demote": ("canary", "foreign"), "compact": ("canary", "foreign")}
 
@@ -273,6 +274,9 @@ CHECKER_WARNS = {"cow": "rule R3 missing", "write": "rule R4 or R6 missing",
                  "anon-write": "rule R3 missing",
                  "anon-force": "a write that no rule flushed for",
                  "anon-move": "rule R5 missing",
+                 # the swap-in's page differs from the stale one when its
+                 # PTE is made present
+                 "swap-below": "its swap slot changed below the swap layer (rule R9 missing)",
                  "anon-reuse": "freed before the flush of generation",
                  "anon-demote": "freed before the flush of generation",
                  "compact": "freed before the flush of generation",

@@ -457,6 +457,9 @@ def test_a_hunt_is_counted_whole_and_a_failed_seed_is_kept():
     (luf,) = parse.parse_trials(out, "luf-hazards", ("below-random",)).values()
     assert luf["trials"] == 53 and luf["luf_folios"] == 53
     assert luf["exit"] == 1
+    # the hunt's record: each seed's run
+    runs = parse.parse_hunt(out, "luf-hazards/below-random")
+    assert [(r["seed"], r["trials"]) for r in runs] == [(1, 25), (2, 3), (3, 25)]
 
 
 @pytest.mark.parametrize("soak", [False, True])

@@ -1919,8 +1919,11 @@ static void force_write(struct run *r, uintptr_t va)
  * area's loop device, then read back by main, whose read fault swaps them
  * in from the changed slots: a fresh translation gives the new data.
  * False, with nothing written, if a page was swapped in again first (the
- * reader's fault, its entry gone from its TLB): the old data stays what a
- * fresh translation gives, and the trial counts as disturbed.
+ * reader's fault, its entry gone from its TLB), or is still in the swap
+ * cache (mincore(): the loop device's write of it had not finished when
+ * reclaim looked, so reclaim kept it, and a swap-in maps that page again,
+ * the one the stale entry reads): the old data stays what a fresh
+ * translation gives, and the trial counts as disturbed.
  */
 static bool swap_write(struct run *r, uintptr_t va)
 {
@@ -1928,10 +1931,13 @@ static bool swap_write(struct run *r, uintptr_t va)
 		__attribute__((aligned(PAGE_SIZE_4K)));
 	size_t len = r->npages * PAGE_SIZE_4K;
 	uint64_t e[TRIAL_MAX_PAGES];
+	unsigned char cached[TRIAL_MAX_PAGES];
 
+	if (mincore((void *)va, len, cached))
+		die(1, "mincore of the trial's pages: %s", strerror(errno));
 	for (int i = 0; i < r->npages; i++) {
 		e[i] = pagemap_self(va + i * PAGE_SIZE_4K);
-		if (!swapped_entry(e[i])) {
+		if (!swapped_entry(e[i]) || (cached[i] & 1)) {
 			ctl->new = ctl->old;
 			return false;
 		}

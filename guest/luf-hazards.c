@@ -218,8 +218,8 @@ static const char usage[] =
 "  swap-below   R9 for anonymous memory: anon-force's pages, swapped to an\n"
 "               area of its own, preferred, on a loop device over an\n"
 "               image in --dir; after the take-away main writes new data\n"
-"               into their slots in the image, then reads them: the\n"
-"               swap-in reads the changed slots\n"
+"               into their slots in the image, then reads them through\n"
+"               /proc/self/mem: the swap-in reads the changed slots\n"
 "  anon-move    R5: main's own anonymous pages (MADV_DONTFORK), written,\n"
 "               swapped out, soft-dirty cleared (/proc/self/clear_refs), so\n"
 "               that the swap-in maps them read-only; after the take-away\n"
@@ -355,7 +355,8 @@ enum op { OP_TAKE = 1, OP_BDEV, OP_BDEV_WRITE, OP_BDEV_CHECK, OP_REUSE,
 
 static enum mode mode;
 static int lower_node = -1;	/* demote, compact: the CPU-less node */
-static int mem_fd = -1;		/* anon-force: /proc/self/mem, read-write */
+static int mem_fd = -1;		/* anon-force: /proc/self/mem, read-write;
+				   swap-below: read-only */
 /* bdev: the block device under the file's filesystem, its blocks' size */
 static char bdev_path[64], bdev_made[64], fs_type[32];
 static int fs_block;
@@ -1404,6 +1405,9 @@ static void swap_setup(struct run *r)
 	if (swapon(swap_loop, SWAP_FLAG_PREFER | SWAP_FLAG_PRIO_MASK))
 		die(1, "swapon %s: %s", swap_loop, strerror(errno));
 	swap_on = true;
+	mem_fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+	if (mem_fd < 0)
+		die(1, "cannot open /proc/self/mem: %s", strerror(errno));
 	swap_fd = open(swap_img, O_WRONLY | O_CLOEXEC);
 	if (swap_fd < 0)
 		die(1, "cannot open %s for writing: %s", swap_img,
@@ -1916,8 +1920,10 @@ static void force_write(struct run *r, uintptr_t va)
 /*
  * swap-below: the new data written into the swap slots of the trial's pages
  * (their swap entries in /proc/self/pagemap) in the image under the swap
- * area's loop device, then read back by main, whose read fault swaps them
- * in from the changed slots: a fresh translation gives the new data.
+ * area's loop device, then read back by main through /proc/self/mem, whose
+ * GUP faults them in from the changed slots: a fresh translation gives the
+ * new data.  Not through main's own mapping: where switching back to an mm
+ * does not flush (arm64's ASIDs), main's CPU may hold a stale entry too.
  * False, with nothing written, if a page was swapped in again first (the
  * reader's fault, its entry gone from its TLB), or is still in the swap
  * cache (mincore(): the loop device's write of it had not finished when
@@ -1929,6 +1935,7 @@ static bool swap_write(struct run *r, uintptr_t va)
 {
 	static uint64_t buf[TRIAL_MAX_PAGES][PAGE_WORDS]
 		__attribute__((aligned(PAGE_SIZE_4K)));
+	static uint64_t back[TRIAL_MAX_PAGES][PAGE_WORDS];
 	size_t len = r->npages * PAGE_SIZE_4K;
 	uint64_t e[TRIAL_MAX_PAGES];
 	unsigned char cached[TRIAL_MAX_PAGES];
@@ -1952,7 +1959,10 @@ static bool swap_write(struct run *r, uintptr_t va)
 			die(1, "cannot write swap slot %lld in %s: %s",
 			    (long long)slot, swap_img, strerror(errno));
 	}
-	if (memcmp((const void *)va, buf, len))
+	if (pread(mem_fd, back, len, (off_t)va) != (ssize_t)len)
+		die(1, "cannot read the pages at 0x%lx through /proc/self/mem: %s",
+		    (unsigned long)va, strerror(errno));
+	if (memcmp(back, buf, len))
 		die(1, "the pages at 0x%lx do not read back what was written into their swap slots in %s: did they go to another swap area?",
 		    (unsigned long)va, swap_img);
 	return true;

@@ -606,14 +606,6 @@ static void helper_bdev_check(void)
 }
 
 /*
- * The bdev modes: new data over the trial's pages, written to the file's
- * blocks through the block device its filesystem is on.  The blocks are
- * looked up first (a page may be several blocks, anywhere on the device);
- * the device is opened for the write and closed at once: the only writer
- * of the device that is not its filesystem, and only while the trial
- * needs it.
- */
-/*
  * The bdev and below modes: the trial's new data in @buf, and the
  * filesystem blocks of its pages in @block (FIBMAP); the number of blocks,
  * or -1 after a helper_fail().
@@ -640,6 +632,58 @@ static int helper_new_blocks(uint64_t (*buf)[PAGE_WORDS], int *block)
 	return n;
 }
 
+/*
+ * The bdev and below modes: the trial's @n blocks (@block and @buf, from
+ * helper_new_blocks()) changed through @fd, of @target, where the file's
+ * block b is at byte block[b] * fs_block + @base: @buf written over them,
+ * or (leaving zeroes) a hole punched, BLKZEROOUT, BLKDISCARD.  Stops at the
+ * first failure, after a helper_fail().
+ */
+static void write_blocks(int fd, const char *target, enum route_kind kind,
+			 uint64_t (*buf)[PAGE_WORDS], const int *block, int n,
+			 long long base)
+{
+	for (int b = 0; b < n; b++) {
+		off_t at = (off_t)block[b] * fs_block + base;
+		uint64_t range[2] = { at, fs_block };
+		int err = 0;
+
+		switch (kind) {
+		case IMAGE_WRITE:
+		case DEV_WRITE:
+			err = pwrite(fd, (char *)buf + (size_t)b * fs_block,
+				     fs_block, at) != fs_block;
+			break;
+		case IMAGE_PUNCH:
+			err = fallocate(fd, FALLOC_FL_PUNCH_HOLE |
+					FALLOC_FL_KEEP_SIZE, at, fs_block);
+			break;
+		case DEV_ZEROOUT:
+			err = ioctl(fd, BLKZEROOUT, range);
+			break;
+		case DEV_DISCARD:
+			err = ioctl(fd, BLKDISCARD, range);
+			break;
+		case NR_ROUTE_KINDS:
+			break;
+		}
+		if (err) {
+			helper_fail("%s of block %d on %s: %s",
+				    route_names[kind], block[b], target,
+				    strerror(errno));
+			return;
+		}
+	}
+}
+
+/*
+ * The bdev modes: new data over the trial's pages, written to the file's
+ * blocks through the block device its filesystem is on.  The blocks are
+ * looked up first (a page may be several blocks, anywhere on the device);
+ * the device is opened for the write and closed at once: the only writer
+ * of the device that is not its filesystem, and only while the trial
+ * needs it.
+ */
 static void helper_bdev_write(void)
 {
 	static uint64_t buf[TRIAL_MAX_PAGES][PAGE_WORDS]
@@ -655,13 +699,7 @@ static void helper_bdev_write(void)
 			    strerror(errno));
 		return;
 	}
-	for (int b = 0; b < n; b++)
-		if (pwrite(fd, (char *)buf + (size_t)b * fs_block, fs_block,
-			   (off_t)block[b] * fs_block) != fs_block) {
-			helper_fail("cannot write block %d of %s: %s",
-				    block[b], bdev_path, strerror(errno));
-			break;
-		}
+	write_blocks(fd, bdev_path, DEV_WRITE, buf, block, n, 0);
 	close(fd);
 }
 
@@ -700,12 +738,8 @@ static void helper_below(void)
 	if (wfd < 0)
 		helper_fail("cannot open %s for writing: %s", target,
 			    strerror(errno));
-	for (int b = 0; b < n && !ctl->error[0]; b++)
-		if (pwrite(wfd, (char *)buf + (size_t)b * fs_block, fs_block,
-			   (off_t)block[b] * fs_block + base) !=
-		    fs_block)
-			helper_fail("cannot write block %d of %s: %s", block[b],
-				    target, strerror(errno));
+	else
+		write_blocks(wfd, target, DEV_WRITE, buf, block, n, base);
 	if (wfd >= 0 && wfd != stack.write_fd)
 		close(wfd);
 	if (ctl->error[0])
@@ -754,36 +788,8 @@ static void helper_route(int op)
 			    strerror(errno));
 		return;
 	}
-	for (int b = 0; b < n && !ctl->error[0]; b++) {
-		const char *buf_b = (char *)buf + (size_t)b * fs_block;
-		off_t at = (off_t)block[b] * fs_block +
-			   (w ? w->base : image_base);
-		uint64_t range[2] = { at, fs_block };
-		int err = 0;
-
-		switch (rt->kind) {
-		case IMAGE_WRITE:
-		case DEV_WRITE:
-			err = pwrite(fd, buf_b, fs_block, at) != fs_block;
-			break;
-		case IMAGE_PUNCH:
-			err = fallocate(fd, FALLOC_FL_PUNCH_HOLE |
-					FALLOC_FL_KEEP_SIZE, at, fs_block);
-			break;
-		case DEV_ZEROOUT:
-			err = ioctl(fd, BLKZEROOUT, range);
-			break;
-		case DEV_DISCARD:
-			err = ioctl(fd, BLKDISCARD, range);
-			break;
-		case NR_ROUTE_KINDS:
-			break;
-		}
-		if (err)
-			helper_fail("%s of block %d on %s: %s",
-				    route_names[rt->kind], block[b], target,
-				    strerror(errno));
-	}
+	write_blocks(fd, target, rt->kind, buf, block, n,
+		     w ? w->base : image_base);
 	if (!w)
 		close(fd);
 	if (!ctl->error[0] && !before)
@@ -1609,7 +1615,7 @@ static void random_setup(struct run *r)
 	unsigned long long file = r->slots * r->npages * PAGE_SIZE_4K;
 	bool on_tmpfs = draw(2), sibling;
 	enum part_layer part = draw(NR_PART_LAYERS);
-	int levels = draw(3), pid = (int)getpid(), sib = -1, at = 0;
+	int levels = draw(3), pid = (int)getpid(), sib = -1, under = -1, at = 0;
 	char top[64], part1[64] = "", sysname[32], cmd[128];
 	/* the filesystem's offset on the loop device, and the top's */
 	long long fs_base = part == FS_ON_PART ? 8 * 512 : 0, top_base = 0;
@@ -1630,13 +1636,12 @@ static void random_setup(struct run *r)
 			die(1, "cannot mount a tmpfs on %s: %s", stack.tmp,
 			    strerror(errno));
 		stack.tmp_mounted = true;
-	}
-	if (on_tmpfs)
 		snprintf(stack.img[0], sizeof(stack.img[0]), "%s/%d.img",
 			 stack.tmp, pid);
-	else
+	} else {
 		snprintf(stack.img[0], sizeof(stack.img[0]),
 			 "%s/luf-hazards-%d-0.img", dir, pid);
+	}
 	make_image(stack.img[0], stack.sectors * 512);
 	image_base = fs_base;
 	loop_attach(stack.img[0], false, part != NO_PART, stack.loop[0],
@@ -1660,6 +1665,8 @@ static void random_setup(struct run *r)
 	for (int i = 0; i < levels; i++) {
 		char node[64];
 
+		if (!i)
+			under = nr_writers;
 		add_writer(top, fs_base - top_base);
 		dm_linear(i, top, node, sizeof(node));
 		snprintf(top, sizeof(top), "%s", node);
@@ -1668,10 +1675,9 @@ static void random_setup(struct run *r)
 		char node[64];
 
 		/* beside the lowest dm-linear, over the device under it */
-		dm_linear(2, writers[part == FS_ON_PART].path, node,
-			  sizeof(node));
+		dm_linear(2, writers[under].path, node, sizeof(node));
 		sib = nr_writers;
-		add_writer(node, fs_base - (part == FS_ON_PART ? 8 * 512 : 0));
+		add_writer(node, writers[under].base);
 	}
 	snprintf(stack.fs_dev, sizeof(stack.fs_dev), "%s", top);
 	snprintf(cmd, sizeof(cmd), "mke2fs -q -b 4096 %s >/dev/null",
@@ -2384,7 +2390,6 @@ int main(int argc, char **argv)
 	snprintf(ctl->path, sizeof(ctl->path), "%s", r.a.path);
 	if (mode == ANON_FORCE)
 		force_setup();
-
 
 	/*
 	 * the bdev and below modes: the helper must not inherit the file (it

@@ -405,6 +405,18 @@ def parse_counters(output):
 KTAP_EXIT = {"pass": 0, "fail": 1, "skip": 4}
 
 
+def tagged_record(line, tags):
+    """(tag, record, its JSON text) of a guest line `TAG {json}` whose tag is
+    one of @tags, or None (another line, or JSON cut short)."""
+    tag, _, rest = line.partition(" ")
+    if tag not in tags:
+        return None
+    try:
+        return tag, json.loads(rest), rest
+    except ValueError:
+        return None
+
+
 def parse_trials(output, program, modes):
     """Per mode of a guest program that runs trials against a reader
     (guest/luf-hazards): trials run, violations seen, exit status, the
@@ -420,12 +432,8 @@ def parse_trials(output, program, modes):
     out = {m: {"trials": 0, "violations": 0, "exit": -1, "message": "", "first": ""}
            for m in modes}
     for line in output.splitlines():
-        tag, _, rest = line.partition(" ")
-        if tag in ("UNFLUSH-RESULT", "UNFLUSH-VIOLATION"):
-            try:
-                rec = json.loads(rest)
-            except ValueError:
-                continue
+        if tagged := tagged_record(line, ("UNFLUSH-RESULT", "UNFLUSH-VIOLATION")):
+            tag, rec, rest = tagged
             mode = rec.get("experiment", "").removeprefix(program + "/")
             if mode not in out:
                 continue
@@ -439,12 +447,12 @@ def parse_trials(output, program, modes):
                 out[mode]["first"] = out[mode]["first"] or rest[:200]
         elif (r := ktap_result(line)) and r[1].startswith(program + "/"):
             mode = r[1].removeprefix(program + "/")
-            # a mode run more than once (the hunt's seeds): its worst
+            # a mode run more than once (the hunt's seeds): the first
+            # result that did not pass stays
             if mode in out and out[mode]["exit"] in (-1, 0):
                 out[mode]["exit"] = KTAP_EXIT[r[2]]
                 out[mode]["message"] = r[3]
     return out
-
 
 
 def parse_hunt(output, experiment):
@@ -452,15 +460,10 @@ def parse_hunt(output, experiment):
     seed: what each drew and did, from its UNFLUSH-RESULT line."""
     runs = []
     for line in output.splitlines():
-        tag, _, rest = line.partition(" ")
-        if tag != "UNFLUSH-RESULT":
+        tagged = tagged_record(line, ("UNFLUSH-RESULT",))
+        if not tagged or tagged[1].get("experiment") != experiment:
             continue
-        try:
-            rec = json.loads(rest)
-        except ValueError:
-            continue
-        if rec.get("experiment") != experiment:
-            continue
+        rec = tagged[1]
         checks, counters = rec.get("checks", {}), rec.get("counters", {})
         runs.append({"seed": rec.get("seed"), "stack": rec.get("stack"),
                      "trials": rec.get("trials", 0),

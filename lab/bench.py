@@ -8,11 +8,7 @@ experiment's mechanism switched off while that experiment runs.  Every boot
 thus runs the same programs in the same order, so no configuration inherits
 more history (free lists, swap, page cache) than another.  In each boot a
 small shell script runs the group's experiments one after another,
-bracketing each with markers:
-
-    UNFLUSH-BEGIN <experiment id> <configuration>
-    UNFLUSH-RESULT {...}            (one per repetition, from the program)
-    UNFLUSH-END <experiment id> <configuration> <exit status>
+bracketing each with markers (lab/bench_script.py).
 
 results/<timestamp>/results.json is written only when every boot finished;
 an experiment whose set-up check failed is listed under "failures" and makes
@@ -24,12 +20,12 @@ configuration of its switches (lab/host.py).
 import json
 import shutil
 import socket
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from lab import build, datadisk, insnprof, llama, paths, report, suite, tree, vm
+from lab import (bench_script, build, datadisk, host, insnprof, llama, paths, report,
+                 suite, tree, vm)
 from lab.errors import LabError
 from lab.progress import say
 
@@ -53,13 +49,13 @@ def guest_script(experiments, kernel_name, quick, switches_off=False,
     flags = " --reps 1" + (" --quick" if quick else "")
     for exp in experiments:
         if not (switches_off and exp.switch):
-            lines += _bracket(exp.id, kernel_name, exp.command + flags)
+            lines += bench_script.bracket(exp.id, kernel_name, exp.command + flags)
             continue
         knob = f"{switch_dir}/{exp.switch}"
         config = f"{kernel_name}/{exp.switch}=0"
         lines.append(f"if [ -w {knob} ]; then")
         lines.append(f"  echo 0 > {knob}")
-        lines += ["  " + ln for ln in _bracket(exp.id, config, exp.command + flags)]
+        lines += ["  " + ln for ln in bench_script.bracket(exp.id, config, exp.command + flags)]
         lines.append(f"  echo 1 > {knob}")
         lines.append("fi")
     return "\n".join(lines) + "\n"
@@ -103,44 +99,6 @@ def check_comparable(kernels):
                            f"{k} with {twin} (-k {twin},{k})", exit_code=2)
 
 
-def _bracket(exp_id, config, command):
-    return [f"echo UNFLUSH-BEGIN {exp_id} {config}",
-            f"{command} 2>&1",
-            f"echo UNFLUSH-END {exp_id} {config} $?"]
-
-
-def _aside(line):
-    """A line that cannot say why a program failed: the profiler's window
-    marks, and the notes of guest/lib/snapshot.c about counters this kernel
-    lacks (which a host run prints for every experiment)."""
-    return line.startswith("UNFLUSH-") or ": note: " in line
-
-
-def parse_output(text, experiments, results, failures, context):
-    """Fold one boot's output into `results` and `failures`."""
-    by_id = {e.id: e for e in experiments}
-    current, messages = None, []
-    for line in text.splitlines():
-        if line.startswith("UNFLUSH-BEGIN "):
-            _, exp_id, config = line.split()
-            current, messages = (by_id[exp_id], config), []
-        elif line.startswith("UNFLUSH-END "):
-            _, exp_id, config, status = line.split()
-            if status != "0":
-                failures.append(dict(context, experiment=exp_id, configuration=config,
-                                     exit=int(status),
-                                     message=" | ".join(messages[-3:]) or "(no output)"))
-            current = None
-        elif line.startswith("UNFLUSH-RESULT ") and current:
-            record = json.loads(line[len("UNFLUSH-RESULT "):])
-            exp, config = current
-            rep = dict(record, round=context["round"])
-            key = suite.result_key(exp, record)
-            results.setdefault(key, {}).setdefault(config, []).append(rep)
-        elif line.strip() and current and not _aside(line):
-            messages.append(line.strip())
-
-
 def main(args):
     if args.list:
         for e in suite.EXPERIMENTS:
@@ -157,7 +115,6 @@ def main(args):
         raise LabError("--reps must be at least 1", exit_code=2)
     out = Path(args.out) if args.out else paths.results_dir() / time.strftime("%Y%m%d-%H%M%S")
     if args.host:
-        from lab import host
         results, failures, meta = host.run(experiments, reps, args.quick,
                                            host.llama_args(experiments, args))
     else:
@@ -231,7 +188,7 @@ def run_vms(args, experiments, reps):
                     f"({count}) on {which} "
                     f"[{time.monotonic() - started:.0f}s]")
                 text = runner.run(kernel, group, members[group], off)
-                parse_output(text, members[group], results, failures,
+                bench_script.parse_output(text, members[group], results, failures,
                              {"kernel": kernel, "round": rnd})
     return results, failures, runner.meta(reps, started)
 
@@ -248,7 +205,7 @@ class VMRunner:
         self.identity = {"series_hash": tree.series_hash(),
                          "series": [p.name for p in tree.series_files()],
                          "base_version": tree.installed_base_version(),
-                         "lab_commit": _lab_commit()}
+                         "lab_commit": tree.lab_commit()}
 
     def shape(self, group_name, arch):
         group = suite.GROUPS[group_name]
@@ -312,10 +269,4 @@ def arm64_meta(kernels):
     return {"arm64": {"cpu": vm.ARM64_CPU,
                       "kpti": {k.variant: vm.kpti(k) for k in arm},
                       "lab_patches": [p.name for p in tree.arm64_lab_files()]}}
-
-
-def _lab_commit():
-    proc = subprocess.run(["git", "-C", str(paths.ROOT), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True)
-    return proc.stdout.strip() or None
 

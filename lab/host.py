@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab import bench, datadisk, paths, suite
+from lab import bench_script, datadisk, paths, suite, tree
 from lab.errors import LabError
 from lab.progress import say
 
@@ -350,7 +350,7 @@ def script(exp, config, quick, data, perf, perf_out, llama=None):
     command += " --reps 1" + (" --quick" if quick else "")
     if perf:
         command = f"perf stat -x, -o {perf_out} -e {','.join(perf)} -- {command}"
-    text = "\n".join(bench._bracket(exp.id, config, command)) + "\n"
+    text = "\n".join(bench_script.bracket(exp.id, config, command)) + "\n"
     return text.replace("/data/", f"{data}/") if data else text
 
 
@@ -358,7 +358,7 @@ def fold(text, exp, rnd, counts, results, failures):
     """One program's output into @results and @failures, each of its
     records with the program's perf @counts if any."""
     got = {}
-    bench.parse_output(text, [exp], got, failures, {"kernel": BASE, "round": rnd})
+    bench_script.parse_output(text, [exp], got, failures, {"kernel": BASE, "round": rnd})
     for key, by_config in got.items():
         for config, recs in by_config.items():
             for rec in recs:
@@ -436,6 +436,6 @@ def run(experiments, reps, quick, llama=None):
         "series_hash": None,
         "vm_shapes": None,
         "host": socket.gethostname(),
-        "lab_commit": bench._lab_commit(),
+        "lab_commit": tree.lab_commit(),
     }
     return results, failures, meta

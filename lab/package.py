@@ -31,7 +31,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from lab import bench, build, host, paths, tree, vm
+from lab import build, host, paths, tree, vm
 from lab.errors import LabError
 from lab.progress import say
 
@@ -353,7 +353,7 @@ def main(args):
                  machine={k: machine[k] for k in ("cpu_model", "cpus")},
                  series_hash=tree.series_hash(),
                  base_version=tree.installed_base_version(),
-                 lab_commit=bench._lab_commit(),
+                 lab_commit=tree.lab_commit(),
                  packages=package_sizes(out))
     say(f"package: {release} in {seconds / 60:.1f} min")
     for deb in sorted(out.glob("*.deb")):

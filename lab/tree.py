@@ -99,6 +99,14 @@ def installed_base_version():
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
+def lab_commit():
+    """The lab's own commit (this repository's HEAD, abbreviated), which a
+    record names beside the series it ran; None where git does not say."""
+    proc = subprocess.run(["git", "-C", str(paths.ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() or None
+
+
 def recorded_base_version():
     path = paths.PATCHES / "base-version"
     return path.read_text().strip() if path.exists() else None

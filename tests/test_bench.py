@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import bench, build, insnprof, report, suite
+from lab import bench, bench_script, build, insnprof, report, suite
 from lab.errors import LabError
 
 
@@ -68,7 +68,7 @@ def test_parse_results_and_failures():
         "UNFLUSH-END pageout-mthp/64K patched 1",
     ])
     results, failures = {}, []
-    bench.parse_output(out, exps, results, failures, {"kernel": "patched", "round": 0})
+    bench_script.parse_output(out, exps, results, failures, {"kernel": "patched", "round": 0})
     (r,) = results["munmap-folio-size/64K"]["patched"]
     assert r["counters"]["nr_tlb_remote_flush"] == 4 and r["round"] == 0
     (f,) = failures

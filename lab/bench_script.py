@@ -1,0 +1,58 @@
+"""What a bench's shell script prints around each experiment, and how its
+output is read back: one protocol for a boot of a lab kernel (lab/bench.py)
+and a run on this machine's kernel (lab/host.py).
+
+The script runs each experiment's command bracketed by markers:
+
+    UNFLUSH-BEGIN <experiment id> <configuration>
+    UNFLUSH-RESULT {...}            (one per repetition, from the program)
+    UNFLUSH-END <experiment id> <configuration> <exit status>
+
+parse_output() folds the results into a bench's results (keyed by
+suite.result_key()) and each non-zero exit status into its failures, with
+the program's last lines as the message.
+"""
+
+import json
+
+from lab import suite
+
+
+def bracket(exp_id, config, command):
+    """The script's lines that run @command as @exp_id in @config."""
+    return [f"echo UNFLUSH-BEGIN {exp_id} {config}",
+            f"{command} 2>&1",
+            f"echo UNFLUSH-END {exp_id} {config} $?"]
+
+
+def _aside(line):
+    """A line that cannot say why a program failed: the profiler's window
+    marks, and the notes of guest/lib/snapshot.c about counters this kernel
+    lacks (which a host run prints for every experiment)."""
+    return line.startswith("UNFLUSH-") or ": note: " in line
+
+
+def parse_output(text, experiments, results, failures, context):
+    """Fold one script's output (a boot's, or a host program's) into
+    `results` and `failures`."""
+    by_id = {e.id: e for e in experiments}
+    current, messages = None, []
+    for line in text.splitlines():
+        if line.startswith("UNFLUSH-BEGIN "):
+            _, exp_id, config = line.split()
+            current, messages = (by_id[exp_id], config), []
+        elif line.startswith("UNFLUSH-END "):
+            _, exp_id, config, status = line.split()
+            if status != "0":
+                failures.append(dict(context, experiment=exp_id, configuration=config,
+                                     exit=int(status),
+                                     message=" | ".join(messages[-3:]) or "(no output)"))
+            current = None
+        elif line.startswith("UNFLUSH-RESULT ") and current:
+            record = json.loads(line[len("UNFLUSH-RESULT "):])
+            exp, config = current
+            rep = dict(record, round=context["round"])
+            key = suite.result_key(exp, record)
+            results.setdefault(key, {}).setdefault(config, []).append(rep)
+        elif line.strip() and current and not _aside(line):
+            messages.append(line.strip())

@@ -144,7 +144,9 @@ static const char usage[] =
 "usage: luf-hazards bdev|bdev-closed|reuse|demote|anon-write|anon-force|\n"
 "                   anon-reuse|anon-move|anon-demote|compact|loop-backing|\n"
 "                   partition|loop-change-fd|dm-linear|dm-reload|\n"
-"                   loop-offset|below-random [--seed N]|swap-below\n"
+"                   loop-offset|md-raid1|dm-crypt|dm-snapshot|dm-thin|\n"
+"                   scsi-passthrough|nvme-passthrough|below-random|\n"
+"                   swap-below [--seed N]\n"
 "                   [--trials N]\n"
 "                   [--pages N] [--dir DIR] [--linger N] [--disable-rules MASK]\n"
 "                   [--keep-going] [--quick]\n"
@@ -193,6 +195,20 @@ static const char usage[] =
 "               next of every route the stack has (the image written or\n"
 "               punched; a device below the filesystem's written, zeroed\n"
 "               or discarded), before or after the take-away\n"
+"  md-raid1, dm-crypt, dm-snapshot, dm-thin, scsi-passthrough,\n"
+"  nvme-passthrough\n"
+"               R9, as below-random (--seed draws the order of the routes\n"
+"               and before or after), on a stack of one kind: md raid1\n"
+"               of two loop devices (both members written); dm-crypt,\n"
+"               written and zeroed through a second dm-crypt with its key;\n"
+"               a dm-snapshot whose origin (device or image) is written;\n"
+"               a dm-thin volume whose pool's data device (or image) is\n"
+"               written where the volume's blocks are; scsi_debug's disk\n"
+"               written by SG_IO (through the disk opened read-only and its\n"
+"               sg node: WRITE(10), WRITE SAME(10) of zeroes) and through\n"
+"               its bsg node; the guest's NVMe disk (the lab's --nvme SIZE)\n"
+"               written by NVME_IOCTL_IO_CMD (Write through the disk opened\n"
+"               read-only, Write and Write Zeroes through its generic node)\n"
 "  reuse        R1: the helper releases the held pages (the luf switch off\n"
 "               and on) and fills fresh pages with a canary, which gets them\n"
 "               (PFNs); the reader must never see it\n"
@@ -275,7 +291,8 @@ static const char usage[] =
 "refaulted_trials; bdev-closed: refused_trials, counted in trials; anon-move:\n"
 "unmovable_trials, a page UFFDIO_MOVE would not move (swap-below: a page\n"
 "swapped in again before the write), counted as disturbed;\n"
-"below-random: seed and stack in the result, route_trials by route,\n"
+"the deck modes (below-random and the stack modes after it above): seed\n"
+"and stack in the result, route_trials by route,\n"
 "before_trials, writers).\n"
 "KTAP (lib/ktap.h): one test, luf-hazards/<mode>, after the result line.\n"
 "Exit 0: no violation; 1: violations, or a precondition failed (no result\n"
@@ -324,7 +341,8 @@ struct uffdio_move {
 enum mode { BDEV, BDEV_CLOSED, REUSE, DEMOTE, ANON_WRITE, ANON_FORCE,
 	    ANON_REUSE, ANON_MOVE, ANON_DEMOTE, COMPACT, LOOP_BACKING,
 	    PARTITION, LOOP_CHANGE_FD, DM_LINEAR, DM_RELOAD, LOOP_OFFSET,
-	    BELOW_RANDOM, SWAP_BELOW };
+	    BELOW_RANDOM, SWAP_BELOW, MD_RAID1, DM_CRYPT, DM_SNAPSHOT, DM_THIN,
+	    SCSI_PASSTHROUGH, NVME_PASSTHROUGH };
 static const struct {
 	const char *rule;
 	enum after_done after;
@@ -347,6 +365,12 @@ static const struct {
 	[LOOP_OFFSET] = { "R9", AFTER_NEW },
 	[BELOW_RANDOM] = { "R9", AFTER_NEW },
 	[SWAP_BELOW] = { "R9",  AFTER_NEW },
+	[MD_RAID1] = { "R9",    AFTER_NEW },
+	[DM_CRYPT] = { "R9",    AFTER_NEW },
+	[DM_SNAPSHOT] = { "R9", AFTER_NEW },
+	[DM_THIN]  = { "R9",    AFTER_NEW },
+	[SCSI_PASSTHROUGH] = { "R9", AFTER_NEW },
+	[NVME_PASSTHROUGH] = { "R9", AFTER_NEW },
 };
 enum op { OP_TAKE = 1, OP_BDEV, OP_BDEV_WRITE, OP_BDEV_CHECK, OP_REUSE,
 	  OP_DROP, OP_BELOW,
@@ -393,12 +417,24 @@ static bool bdev_mode(void)
 	return mode == BDEV || mode == BDEV_CLOSED;
 }
 
+/*
+ * The below modes whose trials take their routes from a deck (--seed):
+ * below-random's drawn stack, and the stacks of md, dm-crypt,
+ * dm-snapshot, dm-thin, a SCSI disk and an NVMe disk (stack_setup()).
+ */
+static bool deck_mode(void)
+{
+	return mode == BELOW_RANDOM || mode == MD_RAID1 || mode == DM_CRYPT ||
+	       mode == DM_SNAPSHOT || mode == DM_THIN ||
+	       mode == SCSI_PASSTHROUGH || mode == NVME_PASSTHROUGH;
+}
+
 /* the modes that change the file's blocks below its filesystem's device */
 static bool below_mode(void)
 {
 	return mode == LOOP_BACKING || mode == PARTITION ||
 	       mode == LOOP_CHANGE_FD || mode == DM_LINEAR ||
-	       mode == DM_RELOAD || mode == LOOP_OFFSET || mode == BELOW_RANDOM;
+	       mode == DM_RELOAD || mode == LOOP_OFFSET || deck_mode();
 }
 
 /* The below modes that make other blocks the ones the filesystem reads. */
@@ -438,6 +474,8 @@ static bool blocks_mode(void)
 static struct {
 	char img[2][256], loop[2][64], fs_dev[64], mnt[256];
 	char dm[3][32];			/* below-random: up to three */
+	char md[32];			/* md-raid1: the array's node */
+	struct scsi_disk scsi;		/* scsi-passthrough */
 	char tmp[224];			/* below-random: a tmpfs for the image */
 	int *file_fd;			/* the test file's, closed first */
 	int write_fd;			/* partition, dm-linear: bdev_path's */
@@ -448,22 +486,28 @@ static struct {
 } stack;
 
 /*
- * below-random: a stack drawn from --seed, and the routes by which its
- * blocks change under the filesystem: the image written, or punched (on
- * tmpfs); a device below the filesystem's (or beside it, over the same
- * blocks) written, zeroed (BLKZEROOUT) or discarded.  Each writer is
- * opened after the mount, for writing, and kept: @base is the byte offset
- * of the filesystem's block 0 on it, less its own offset on the image.
+ * The deck modes: a stack, and the routes by which its blocks change
+ * under the filesystem: the image written, or punched (on tmpfs); a
+ * device below the filesystem's (or beside it, over the same blocks)
+ * written, zeroed (BLKZEROOUT) or discarded; SCSI commands by SG_IO
+ * (lib/scsi.c), NVMe commands by NVME_IOCTL_IO_CMD (lib/nvme.c).  Each writer is opened after the mount, with @flags
+ * (for writing, but for SG_IO on a block device), and kept: @base is the
+ * byte offset of the filesystem's block 0 on it, less its own offset on
+ * the image; what is written to it is written to writer @pair too, if
+ * any (md-raid1's other member).
  */
 enum route_kind { IMAGE_WRITE, IMAGE_PUNCH, DEV_WRITE, DEV_ZEROOUT,
-		  DEV_DISCARD, NR_ROUTE_KINDS };
+		  DEV_DISCARD, SG_WRITE, SG_WRITE_SAME, BSG_WRITE, NVME_WRITE,
+		  NVME_WRITE_ZEROES, NR_ROUTE_KINDS };
 static const char *const route_names[NR_ROUTE_KINDS] = {
-	"image-write", "image-punch", "write", "zeroout", "discard" };
+	"image-write", "image-punch", "write", "zeroout", "discard",
+	"sg-io-write", "sg-io-write-same", "bsg-write", "nvme-write",
+	"nvme-write-zeroes" };
 #define MAX_WRITERS	4
 static struct writer {
 	char path[64];
 	long long base;
-	int fd;
+	int fd, flags, pair;
 } writers[MAX_WRITERS];
 static int nr_writers;
 static long long image_base;	/* the filesystem's offset on the image */
@@ -599,7 +643,7 @@ static void helper_bdev_check(void)
 		return;
 	}
 	helper_fail("%s does not read back the data written over its blocks on %s%s",
-		    ctl->path, mode == BELOW_RANDOM ? route_text : bdev_path,
+		    ctl->path, deck_mode() ? route_text : bdev_path,
 		    ctl->npages > 1 ?
 		    " (or some of the trial's pages were faulted in again before the write and some after: try --pages 1)" :
 		    ": the write through the device did not reach the file");
@@ -636,7 +680,9 @@ static int helper_new_blocks(uint64_t (*buf)[PAGE_WORDS], int *block)
  * The bdev and below modes: the trial's @n blocks (@block and @buf, from
  * helper_new_blocks()) changed through @fd, of @target, where the file's
  * block b is at byte block[b] * fs_block + @base: @buf written over them,
- * or (leaving zeroes) a hole punched, BLKZEROOUT, BLKDISCARD.  Stops at the
+ * or (leaving zeroes) a hole punched, BLKZEROOUT, BLKDISCARD; or by
+ * SCSI or NVMe commands (the data, or zeroes by WRITE SAME or Write
+ * Zeroes).  Stops at the
  * first failure, after a helper_fail().
  */
 static void write_blocks(int fd, const char *target, enum route_kind kind,
@@ -663,6 +709,21 @@ static void write_blocks(int fd, const char *target, enum route_kind kind,
 			break;
 		case DEV_DISCARD:
 			err = ioctl(fd, BLKDISCARD, range);
+			break;
+		case SG_WRITE:
+		case SG_WRITE_SAME:
+		case BSG_WRITE:
+			err = scsi_write(fd, kind == SG_WRITE ? SCSI_SG_IO :
+					 kind == BSG_WRITE ? SCSI_BSG :
+					 SCSI_WRITE_SAME, at,
+					 (char *)buf + (size_t)b * fs_block,
+					 fs_block);
+			break;
+		case NVME_WRITE:
+		case NVME_WRITE_ZEROES:
+			err = nvme_write(fd, kind == NVME_WRITE_ZEROES, at,
+					 (char *)buf + (size_t)b * fs_block,
+					 fs_block);
 			break;
 		case NR_ROUTE_KINDS:
 			break;
@@ -759,7 +820,72 @@ static void helper_below(void)
 }
 
 /*
- * below-random: the route of @op (route_op()) changes the trial's blocks
+ * dm-thin: where the pool keeps a thin block.  The pool hands out its
+ * data blocks (THIN_CHUNK bytes) in the order the thin device first
+ * writes them, so a block's place on the data device is found, not
+ * computed: the thin device's chunk, read, is looked up on the data
+ * device (every chunk of the test file holds its pages' own indices).
+ * Found once a chunk, in the helper, which changes the blocks.
+ */
+#define THIN_CHUNK	(128 * 512)
+static long long *thin_at;	/* data byte offset + 1 of a thin chunk */
+static size_t thin_chunks;
+
+static long long thin_find(long long chunk)
+{
+	static char want[THIN_CHUNK] __attribute__((aligned(PAGE_SIZE_4K)));
+	static char have[THIN_CHUNK] __attribute__((aligned(PAGE_SIZE_4K)));
+	int thin = open(stack.fs_dev, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	int data = open(stack.loop[0], O_RDONLY | O_DIRECT | O_CLOEXEC);
+	long long found = -1;
+
+	if (thin >= 0 && data >= 0 &&
+	    pread(thin, want, THIN_CHUNK, chunk * THIN_CHUNK) == THIN_CHUNK)
+		for (long long at = 0; found < 0 &&
+		     pread(data, have, THIN_CHUNK, at) == THIN_CHUNK;
+		     at += THIN_CHUNK)
+			if (!memcmp(want, have, THIN_CHUNK))
+				found = at;
+	if (thin >= 0)
+		close(thin);
+	if (data >= 0)
+		close(data);
+	return found;
+}
+
+/* The trial's @n blocks (helper_new_blocks()) made the data device's. */
+static bool thin_remap(int *block, int n)
+{
+	const long long per = THIN_CHUNK / fs_block;
+
+	if (!thin_at) {
+		thin_chunks = stack.sectors * 512 / THIN_CHUNK;
+		thin_at = calloc(thin_chunks, sizeof(*thin_at));
+		if (!thin_at)
+			die(1, "out of memory");
+	}
+	for (int b = 0; b < n; b++) {
+		size_t c = block[b] / per;
+
+		if (c >= thin_chunks) {
+			helper_fail("block %d of %s is past the thin device's end",
+				    block[b], ctl->path);
+			return false;
+		}
+		if (!thin_at[c])
+			thin_at[c] = thin_find(c) + 1;
+		if (!thin_at[c]) {
+			helper_fail("chunk %zu of the thin device %s is nowhere on its pool's data device %s",
+				    c, stack.fs_dev, stack.loop[0]);
+			return false;
+		}
+		block[b] = (thin_at[c] - 1) / fs_block + block[b] % per;
+	}
+	return true;
+}
+
+/*
+ * The deck modes: the route of @op (route_op()) changes the trial's blocks
  * to its new data (zeroes, for the routes that punch, zero or discard);
  * before the take-away, with the page still cached, and read back after it
  * (OP_BDEV_CHECK), or after it and read back now.
@@ -781,7 +907,7 @@ static void helper_route(int op)
 	/* for helper_bdev_check()'s message */
 	snprintf(route_text, sizeof(route_text), "%s (%s; %s)", target,
 		 route_names[rt->kind], stack_text);
-	if (n < 0)
+	if (n < 0 || (mode == DM_THIN && !thin_remap(block, n)))
 		return;
 	if (fd < 0) {
 		helper_fail("cannot open %s for writing: %s", target,
@@ -790,6 +916,9 @@ static void helper_route(int op)
 	}
 	write_blocks(fd, target, rt->kind, buf, block, n,
 		     w ? w->base : image_base);
+	if (w && w->pair >= 0 && !ctl->error[0])
+		write_blocks(writers[w->pair].fd, writers[w->pair].path,
+			     rt->kind, buf, block, n, writers[w->pair].base);
 	if (!w)
 		close(fd);
 	if (!ctl->error[0] && !before)
@@ -1323,6 +1452,10 @@ static void below_teardown(void)
 	    umount2(stack.mnt, MNT_DETACH))
 		fprintf(stderr, "cannot unmount %s: %s\n", stack.mnt,
 			strerror(errno));
+	if (stack.md[0])
+		md_stop(stack.md);
+	scsi_debug_remove(&stack.scsi);
+	/* dm-thin: the volume (1) before its pool (0) */
 	for (int i = 2; i >= 0; i--)
 		if (stack.dm[i][0])
 			dm_remove(stack.dm[i]);
@@ -1551,16 +1684,36 @@ static unsigned int draw(unsigned int n)
 	return rng % n;
 }
 
-static void add_writer(const char *path, long long base)
+/* A writer of @path, opened later for writing by deck_open(): its index. */
+static int add_writer(const char *path, long long base)
 {
 	struct writer *w = &writers[nr_writers];
 
 	if (nr_writers == MAX_WRITERS)
-		die(1, "below-random: more than %d writers", MAX_WRITERS);
+		die(1, "more than %d writers", MAX_WRITERS);
 	snprintf(w->path, sizeof(w->path), "%s", path);
 	w->base = base;
 	w->fd = -1;
-	nr_writers++;
+	w->flags = O_WRONLY | O_DIRECT;
+	w->pair = -1;
+	return nr_writers++;
+}
+
+/*
+ * Every writer opened, after the mount, as below_setup()'s writer: its
+ * open flushes what LUF has pending (R4 counts every device's writers),
+ * but none is the mounted device's writer.
+ */
+static void deck_open(void)
+{
+	for (int i = 0; i < nr_writers; i++) {
+		writers[i].fd = open(writers[i].path,
+				     writers[i].flags | O_CLOEXEC);
+		if (writers[i].fd < 0)
+			die(1, "cannot open %s%s: %s", writers[i].path,
+			    writers[i].flags & (O_WRONLY | O_RDWR) ?
+			    " for writing" : "", strerror(errno));
+	}
 }
 
 static void add_card(enum route_kind kind, int writer)
@@ -1704,14 +1857,9 @@ static void random_setup(struct run *r)
 	add_card(IMAGE_WRITE, -1);
 	if (on_tmpfs)
 		add_card(IMAGE_PUNCH, -1);
-	for (int i = 0; i < nr_writers; i++) {
-		/* after the mount, as below_setup()'s writer */
-		writers[i].fd = open(writers[i].path, O_WRONLY | O_DIRECT);
-		if (writers[i].fd < 0)
-			die(1, "cannot open %s for writing: %s",
-			    writers[i].path, strerror(errno));
+	deck_open();
+	for (int i = 0; i < nr_writers; i++)
 		add_card(DEV_WRITE, i);
-	}
 	if (sibling) {
 		add_card(DEV_ZEROOUT, sib);
 		if (discards(writers[sib].path))
@@ -1735,6 +1883,244 @@ static void random_setup(struct run *r)
 	if (sibling)
 		snprintf(stack_text + at, sizeof(stack_text) - at,
 			 ", a sibling dm-linear");
+}
+
+/* --- the storage stacks of md, dm-crypt, dm-snapshot, dm-thin, SCSI ----- */
+
+/* Image @i of @sectors in --dir, and loop device @i over it. */
+static void stack_image(int i, unsigned long long sectors)
+{
+	snprintf(stack.img[i], sizeof(stack.img[i]), "%s/luf-hazards-%d-%d.img",
+		 dir, (int)getpid(), i);
+	make_image(stack.img[i], sectors * 512);
+	loop_attach(stack.img[i], false, false, stack.loop[i],
+		    sizeof(stack.loop[i]));
+}
+
+/* Device-mapper device @i of @type with @params: its node in stack.dm. */
+static void stack_dm(int i, const char *type, const char *params,
+		     char *node, size_t len)
+{
+	snprintf(stack.dm[i], sizeof(stack.dm[i]), "luf-hazards-%d-%d",
+		 (int)getpid(), i);
+	dm_node(dm_create(stack.dm[i], type, params, stack.sectors, false),
+		node, len);
+}
+
+/* ext2 on stack.fs_dev, mounted (@flags) with the test file made on it. */
+static void stack_fs(struct run *r, unsigned long flags)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "mke2fs -q -b 4096 %s >/dev/null",
+		 stack.fs_dev);
+	fflush(stdout);
+	if (system(cmd))
+		die(1, "'%s' failed", cmd);
+	mount_stack(flags);
+	make_file(&r->a, made, stack.mnt, 'a', r->slots * r->npages);
+}
+
+/*
+ * md-raid1: the filesystem on a raid1 array of two loop devices, with no
+ * superblock; the route writes both members (a read may come from either).
+ */
+static void md_setup(struct run *r)
+{
+	const char *member[2] = { stack.loop[0], stack.loop[1] };
+
+	stack_image(0, stack.sectors);
+	stack_image(1, stack.sectors);
+	md_build_raid1(member, 127, stack.md, sizeof(stack.md));
+	snprintf(stack.fs_dev, sizeof(stack.fs_dev), "%s", stack.md);
+	stack_fs(r, 0);
+	writers[add_writer(stack.loop[0], 0)].pair =
+		add_writer(stack.loop[1], 0);
+	add_card(DEV_WRITE, 0);
+	snprintf(stack_text, sizeof(stack_text),
+		 "md raid1 (no superblock) of two loop devices on images on --dir");
+}
+
+/*
+ * dm-crypt: the filesystem on dm-crypt (AES-XTS) over a loop device; a
+ * second dm-crypt with the same key over the same loop device writes and
+ * zeroes its blocks (what is below the first dm-crypt is ciphertext).
+ */
+static void crypt_setup(struct run *r)
+{
+	char params[192], key[65], sibling[64];
+	int w;
+
+	for (int i = 0; i < 64; i++)
+		key[i] = "0123456789abcdef"[(i * 7 + 3) % 16];
+	key[64] = 0;
+	stack_image(0, stack.sectors);
+	snprintf(params, sizeof(params), "aes-xts-plain64 %s 0 %s 0", key,
+		 dev_numbers(stack.loop[0]));
+	stack_dm(0, "crypt", params, stack.fs_dev, sizeof(stack.fs_dev));
+	stack_dm(2, "crypt", params, sibling, sizeof(sibling));
+	stack_fs(r, 0);
+	w = add_writer(sibling, 0);
+	add_card(DEV_WRITE, w);
+	add_card(DEV_ZEROOUT, w);
+	snprintf(stack_text, sizeof(stack_text),
+		 "dm-crypt (aes-xts-plain64) on loop on an image on --dir, a sibling dm-crypt with its key");
+}
+
+/*
+ * dm-snapshot: the filesystem made on a loop device (the origin), then
+ * mounted from a snapshot of it (dm-snapshot, its exceptions on a second
+ * loop device): the file's blocks, never written through the snapshot,
+ * are the origin's, which the route writes (device or image) without the
+ * snapshot-origin target that would copy them out first.
+ */
+static void snapshot_setup(struct run *r)
+{
+	char params[96];
+	int w;
+
+	stack_image(0, stack.sectors);
+	stack_image(1, 16 * MiB / 512);
+	snprintf(stack.fs_dev, sizeof(stack.fs_dev), "%s", stack.loop[0]);
+	stack_fs(r, 0);
+	close(r->a.fd);
+	if (umount(stack.mnt))
+		die(1, "cannot unmount %s: %s", stack.mnt, strerror(errno));
+	stack.mounted = false;
+	snprintf(params, sizeof(params), "%s", dev_numbers(stack.loop[0]));
+	snprintf(params + strlen(params), sizeof(params) - strlen(params),
+		 " %s N 8", dev_numbers(stack.loop[1]));
+	stack_dm(0, "snapshot", params, stack.fs_dev, sizeof(stack.fs_dev));
+	mount_stack(0);
+	open_testfile(&r->a);
+	image_base = 0;
+	add_card(IMAGE_WRITE, -1);
+	w = add_writer(stack.loop[0], 0);
+	add_card(DEV_WRITE, w);
+	snprintf(stack_text, sizeof(stack_text),
+		 "dm-snapshot (non-persistent) of loop on an image on --dir, exceptions on another loop");
+}
+
+/*
+ * dm-thin: the filesystem on a thin volume of a pool whose data and
+ * metadata are two loop devices; the route writes the pool's data device
+ * (device or image) where the volume's blocks are (thin_remap()).
+ */
+static void thin_setup(struct run *r)
+{
+	char params[96], pool[64];
+	int w;
+
+	stack_image(0, stack.sectors);
+	stack_image(1, 8 * MiB / 512);
+	snprintf(params, sizeof(params), "%s", dev_numbers(stack.loop[1]));
+	snprintf(params + strlen(params), sizeof(params) - strlen(params),
+		 " %s %d 0", dev_numbers(stack.loop[0]), THIN_CHUNK / 512);
+	stack_dm(0, "thin-pool", params, pool, sizeof(pool));
+	dm_message(stack.dm[0], 0, "create_thin 0");
+	snprintf(params, sizeof(params), "%s 0", dev_numbers(pool));
+	stack_dm(1, "thin", params, stack.fs_dev, sizeof(stack.fs_dev));
+	stack_fs(r, 0);
+	image_base = 0;
+	add_card(IMAGE_WRITE, -1);
+	w = add_writer(stack.loop[0], 0);
+	add_card(DEV_WRITE, w);
+	snprintf(stack_text, sizeof(stack_text),
+		 "dm-thin volume of a pool on two loop devices on images on --dir");
+}
+
+/*
+ * scsi-passthrough: the filesystem on scsi_debug's disk; SCSI commands
+ * write its blocks by SG_IO through the disk's block device opened
+ * read-only (no writer: R4 counts none), through its sg node (WRITE(10)
+ * and WRITE SAME(10) of zeroes), and through its bsg node.
+ */
+static void scsi_setup(struct run *r)
+{
+	unsigned long long need = r->slots * r->npages * PAGE_SIZE_4K + 8 * MiB;
+	int disk, sg, bsg;
+
+	scsi_debug_add(&stack.scsi, "luf-hazards");
+	if (dev_sectors(stack.scsi.disk) * 512 < need)
+		die(1, "scsi_debug's disk %s has %llu MiB, the trials need %llu: boot with scsi_debug.dev_size_mb=%llu or give fewer --trials",
+		    stack.scsi.disk, dev_sectors(stack.scsi.disk) / 2048,
+		    need / MiB, need / MiB + 1);
+	snprintf(stack.fs_dev, sizeof(stack.fs_dev), "%s", stack.scsi.disk);
+	stack_fs(r, 0);
+	disk = add_writer(stack.scsi.disk, 0);
+	writers[disk].flags = O_RDONLY;
+	sg = add_writer(stack.scsi.sg, 0);
+	bsg = add_writer(stack.scsi.bsg, 0);
+	writers[sg].flags = writers[bsg].flags = O_RDWR;
+	add_card(SG_WRITE, disk);
+	add_card(SG_WRITE, sg);
+	add_card(SG_WRITE_SAME, sg);
+	add_card(BSG_WRITE, bsg);
+	snprintf(stack_text, sizeof(stack_text),
+		 "scsi_debug's disk; SG_IO through it (read-only) and its sg node, sg_io_v4 through its bsg node");
+}
+
+/*
+ * nvme-passthrough: the filesystem on the guest's NVMe disk; NVMe I/O
+ * commands write its blocks (Write, Write Zeroes) through the disk's
+ * block device opened read-only and through its generic character
+ * device.
+ */
+static void nvme_setup(struct run *r)
+{
+	struct nvme_disk d;
+	unsigned long long need = r->slots * r->npages * PAGE_SIZE_4K + 8 * MiB;
+	int disk, generic;
+
+	nvme_find(&d);
+	if (dev_sectors(d.disk) * 512 < need)
+		die(1, "the NVMe disk %s has %llu MiB, the trials need %llu: give the guest a larger one or fewer --trials",
+		    d.disk, dev_sectors(d.disk) / 2048, need / MiB);
+	snprintf(stack.fs_dev, sizeof(stack.fs_dev), "%s", d.disk);
+	stack_fs(r, 0);
+	disk = add_writer(d.disk, 0);
+	writers[disk].flags = O_RDONLY;
+	generic = add_writer(d.generic, 0);
+	writers[generic].flags = O_RDWR;
+	add_card(NVME_WRITE, disk);
+	add_card(NVME_WRITE, generic);
+	add_card(NVME_WRITE_ZEROES, generic);
+	snprintf(stack_text, sizeof(stack_text),
+		 "an NVMe disk; NVME_IOCTL_IO_CMD through it (read-only) and its generic node");
+}
+
+/* The deck modes' stacks in --dir, the test file @r->a made on them. */
+static void stack_setup(struct run *r)
+{
+	unsigned long long file = r->slots * r->npages * PAGE_SIZE_4K;
+
+	if (mode == BELOW_RANDOM) {
+		random_setup(r);
+		return;
+	}
+	cleanup_push_fn(below_teardown);
+	stack.file_fd = &r->a.fd;
+	stack.sectors = ((file + 16 * MiB) / MiB) * MiB / 512;
+	snprintf(stack.mnt, sizeof(stack.mnt), "%s/luf-hazards-%d-mnt", dir,
+		 (int)getpid());
+	if (mkdir(stack.mnt, 0755))
+		die(1, "mkdir %s: %s", stack.mnt, strerror(errno));
+	if (mode == MD_RAID1)
+		md_setup(r);
+	else if (mode == DM_CRYPT)
+		crypt_setup(r);
+	else if (mode == DM_SNAPSHOT)
+		snapshot_setup(r);
+	else if (mode == DM_THIN)
+		thin_setup(r);
+	else if (mode == SCSI_PASSTHROUGH)
+		scsi_setup(r);
+	else
+		nvme_setup(r);
+	if (ioctl(r->a.fd, FIGETBSZ, &fs_block) || fs_block != 4096)
+		die(1, "the filesystem of %s has no 4096-byte blocks",
+		    r->a.path);
+	deck_open();
 }
 
 /* The deck's next route, shuffled again when it is used up: its index. */
@@ -1765,7 +2151,9 @@ static int route_op(const struct route *rt, bool before)
 /* The routes after which the blocks read zeroes, not the new data. */
 static bool zeroes(enum route_kind kind)
 {
-	return kind != IMAGE_WRITE && kind != DEV_WRITE;
+	return kind == IMAGE_PUNCH || kind == DEV_ZEROOUT ||
+	       kind == DEV_DISCARD || kind == SG_WRITE_SAME ||
+	       kind == NVME_WRITE_ZEROES;
 }
 
 /* The bdev modes: the type of the filesystem mounted at --dir. */
@@ -2025,6 +2413,12 @@ static bool hazard(struct run *r, uintptr_t va, long region)
 		helper_command(OP_BDEV_CHECK);
 		break;
 	case BELOW_RANDOM:
+	case MD_RAID1:
+	case DM_CRYPT:
+	case DM_SNAPSHOT:
+	case DM_THIN:
+	case SCSI_PASSTHROUGH:
+	case NVME_PASSTHROUGH:
 		helper_command(r->before ? OP_BDEV_CHECK :
 			       route_op(&deck[r->route], false));
 		break;
@@ -2066,15 +2460,15 @@ static void one_trial(struct run *r)
 
 	ctl->length = region * r->npages * PAGE_SIZE_4K;
 	file_image(&ctl->old, &r->a, region, r->npages);
-	if (mode == BELOW_RANDOM) {
+	if (deck_mode()) {
 		r->route = next_route();
 		r->before = draw(2);
 	}
 	if (mode == ANON_MOVE ||
-	    (mode == BELOW_RANDOM && zeroes(deck[r->route].kind))) {
+	    (deck_mode() && zeroes(deck[r->route].kind))) {
 		/*
 		 * anon-move: the address is none now, a read fault maps the
-		 * zero page; below-random: the blocks were zeroed
+		 * zero page; the deck modes: the blocks were zeroed
 		 */
 		memset(&ctl->new, 0, sizeof(ctl->new));
 	} else {
@@ -2097,7 +2491,7 @@ static void one_trial(struct run *r)
 		helper_command(OP_BDEV_WRITE);
 	if (swaps_before())
 		helper_command(OP_BELOW);
-	if (mode == BELOW_RANDOM && r->before)
+	if (deck_mode() && r->before)
 		helper_command(route_op(&deck[r->route], true));
 	trial_start(va, r->npages, t, modes[mode].after);
 
@@ -2184,7 +2578,7 @@ static void one_trial(struct run *r)
 		r->disturbed++;
 	} else {
 		r->done++;
-		if (mode == BELOW_RANDOM) {
+		if (deck_mode()) {
 			route_trials[deck[r->route].kind]++;
 			before_trials += r->before;
 		}
@@ -2256,7 +2650,9 @@ int main(int argc, char **argv)
 		"bdev", "bdev-closed", "reuse", "demote", "anon-write",
 		"anon-force", "anon-reuse", "anon-move", "anon-demote", "compact",
 		"loop-backing", "partition", "loop-change-fd", "dm-linear",
-		"dm-reload", "loop-offset", "below-random", "swap-below", NULL };
+		"dm-reload", "loop-offset", "below-random", "swap-below",
+		"md-raid1", "dm-crypt", "dm-snapshot", "dm-thin",
+		"scsi-passthrough", "nvme-passthrough", NULL };
 	static const char *const own[] = { "dir", "disable-rules", "seed",
 					   NULL };
 	struct attack_args args = {
@@ -2271,8 +2667,8 @@ int main(int argc, char **argv)
 
 	parse_attack_args(argc, argv, &args);
 	mode = args.mode;
-	if (seeded && mode != BELOW_RANDOM)
-		usage_error("--seed is below-random's");
+	if (seeded && !deck_mode())
+		usage_error("--seed is for the modes whose routes are drawn: below-random, md-raid1, dm-crypt, dm-snapshot, dm-thin, scsi-passthrough, nvme-passthrough");
 	if (!seeded)
 		seed = (unsigned long long)time(NULL) << 16 ^ getpid();
 	/* xorshift64 must not start at 0 */
@@ -2378,8 +2774,8 @@ int main(int argc, char **argv)
 			move_setup(&r);
 	} else {
 		cleanup_push_fn(remove_file);
-		if (mode == BELOW_RANDOM)
-			random_setup(&r);
+		if (deck_mode())
+			stack_setup(&r);
 		else if (below_mode())
 			below_setup(&r);
 		else
@@ -2457,7 +2853,7 @@ int main(int argc, char **argv)
 		field_int(&checks, "refused_trials", r.refused);
 	if (mode == ANON_MOVE || mode == SWAP_BELOW)
 		field_int(&checks, "unmovable_trials", r.unmovable);
-	if (mode == BELOW_RANDOM) {
+	if (deck_mode()) {
 		char routes[256];
 		int at = 0;
 

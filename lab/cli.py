@@ -37,6 +37,8 @@ def add_shape_options(p):
     p.add_argument("--node1", metavar="SIZE",
                    help="add a CPU-less, slower NUMA node 1 of SIZE (tiered memory)")
     p.add_argument("--zram", metavar="SIZE", help="zram swap device of SIZE")
+    p.add_argument("--nvme", metavar="SIZE",
+                   help="a blank NVMe disk of SIZE (luf-hazards nvme-passthrough)")
     p.add_argument("--append", default="", help="extra kernel command line")
     p.add_argument("--accel", default="auto", choices=["auto", "tcg", "kvm"],
                    help="auto: KVM only if a boot probe shows it runs a stock kernel")
@@ -53,7 +55,7 @@ def shape_from(args):
     if disk in ("quick", "full"):
         disk = datadisk.ensure(quick=disk == "quick")
     return vm.VMShape(cpus=args.cpus, mem=args.mem, node1=args.node1, zram=args.zram,
-                      append=args.append, accel=args.accel, icount=args.icount,
+                      nvme=args.nvme, append=args.append, accel=args.accel, icount=args.icount,
                       timeout=args.timeout, data_disk=disk)
 
 

@@ -18,11 +18,15 @@ from lab import vm
 MODES = ("bdev", "bdev-closed", "reuse", "demote", "anon-write", "anon-force",
          "anon-reuse", "anon-move", "swap-below", "anon-demote", "compact")
 # the modes that change a file's blocks below its filesystem's device, each
-# on a stack of loop devices (and a partition, or device mapper) of its own
-# in /scratch; a guest of their own, apart from the bdev modes, which mount
-# /scratch again after every trial
+# on a stack of its own: loop devices in /scratch (and a partition, device
+# mapper or md over them), or scsi_debug's disk; a guest of their own,
+# apart from the bdev modes, which mount /scratch again after every trial
 BELOW_MODES = ("loop-backing", "partition", "loop-change-fd", "dm-linear",
-               "dm-reload", "loop-offset", "below-random")
+               "dm-reload", "loop-offset", "md-raid1", "dm-crypt", "dm-snapshot",
+               "dm-thin", "scsi-passthrough", "nvme-passthrough", "below-random")
+# the modes whose filesystem is on the guest's NVMe disk, of this size
+NVME_MODES = ("nvme-passthrough",)
+NVME = "64M"
 MODES += BELOW_MODES
 # The standing hunt: below-random draws a stack of loop, partitions and
 # device mapper, and the routes that change its blocks, from its --seed;
@@ -61,10 +65,12 @@ def shape(modes, timeout=900, scratch=SCRATCH):
     (remap's 3000 need 197 MiB), and zram allocates only what is written.
     node1: a CPU-less node that HMAT puts in a lower memory tier
     (lab/vm.py), for the modes that demote, and for compact.  zram: swap
-    for the anonymous modes' pages."""
+    for the anonymous modes' pages.  nvme: a blank NVMe disk for the modes
+    whose filesystem is on one."""
     node1 = "512M" if set(modes) & set(NODE1_MODES) else None
     zram = "256M" if set(modes) & set(SWAP_MODES) else None
-    return vm.VMShape(cpus=2, mem="1G", node1=node1, zram=zram,
+    nvme = NVME if set(modes) & set(NVME_MODES) else None
+    return vm.VMShape(cpus=2, mem="1G", node1=node1, zram=zram, nvme=nvme,
                       append=f"unflush.scratch={scratch}", timeout=timeout)
 
 

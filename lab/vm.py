@@ -55,6 +55,7 @@ class VMShape:
     accel: str = "auto"           # auto | tcg | kvm
     icount: bool = False          # -icount shift=0: guest time = instructions
     data_disk: Path | None = None  # ext2 image, mounted read-only at /data
+    nvme: str | None = None       # size of a blank NVMe disk (nvme_args())
     timeout: float = 600.0
     # lab/insnprof.py: DIR/window.N (x86: needs icount; arm64: TLBIs and
     # DSBs in any mode, instructions under icount)
@@ -63,7 +64,7 @@ class VMShape:
     def validate(self):
         if self.cpus < 1 or self.cpus > 64:
             raise LabError(f"--cpus {self.cpus}: choose 1 to 64", exit_code=2)
-        for name in ("mem", "node1", "zram"):
+        for name in ("mem", "node1", "zram", "nvme"):
             value = getattr(self, name)
             if value is not None and not SIZE.match(value):
                 raise LabError(f"--{name} {value!r}: give a size like 512M or 2G",
@@ -78,7 +79,8 @@ class VMShape:
 
     def describe(self):
         return {"cpus": self.cpus, "mem": self.mem, "node1": self.node1,
-                "zram": self.zram, "append": self.append, "icount": self.icount}
+                "zram": self.zram, "append": self.append, "icount": self.icount,
+                **({"nvme": self.nvme} if self.nvme else {})}
 
 
 @dataclass
@@ -139,6 +141,13 @@ def check_jump_labels(kernel, shape, accel):
                        exit_code=2)
 
 
+# Every guest's: scsi_debug, built in for luf-hazards' scsi-passthrough
+# (config/lab.config), makes no disk and allocates no store at boot; the
+# mode asks for both (guest/lib/scsi.c), the store this large
+SCSI_DEBUG_ARGS = ("scsi_debug.add_host=0", "scsi_debug.fake_rw=1",
+                   "scsi_debug.dev_size_mb=32")
+
+
 def check_insn_profile(shape):
     """x86's profile is instructions only, which one host thread counts."""
     if shape.insn_profile and not shape.icount:
@@ -148,7 +157,8 @@ def check_insn_profile(shape):
 
 def qemu_command(image, initrd, shape, console_log, output_log, accel, extra_args=()):
     cmdline = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=6",
-               "nokaslr", "mitigations=off" if accel == "tcg" else "", *extra_args]
+               "nokaslr", "mitigations=off" if accel == "tcg" else "",
+               *SCSI_DEBUG_ARGS, *extra_args]
     if shape.zram:
         cmdline.append(f"unflush.zram={shape.zram}")
     if shape.data_disk:
@@ -169,10 +179,27 @@ def qemu_command(image, initrd, shape, console_log, output_log, accel, extra_arg
     cmd += memory_args(shape)
     if shape.data_disk:
         cmd += ["-drive", f"file={shape.data_disk},if=virtio,format=raw,readonly=on"]
+    cmd += nvme_args(shape, Path(console_log).parent)
     cmd += ["-kernel", str(image), "-initrd", str(initrd),
             "-append", " ".join(a for a in cmdline + [shape.append] if a),
             "-serial", f"file:{console_log}", "-serial", f"file:{output_log}"]
     return cmd
+
+
+def nvme_args(shape, logdir):
+    """QEMU's NVMe controller with one namespace of shape.nvme, for the
+    passthrough routes of luf-hazards (NVME_IOCTL_IO_CMD): a blank image in
+    the run's @logdir, sparse, removed after the run (run())."""
+    if not shape.nvme:
+        return []
+    image = Path(logdir) / NVME_IMAGE
+    with open(image, "wb") as f:
+        f.truncate(int(to_mib(shape.nvme)) << 20)
+    return ["-drive", f"file={image},if=none,id=nvme0,format=raw",
+            "-device", "nvme,serial=unflush0,drive=nvme0"]
+
+
+NVME_IMAGE = "nvme.img"
 
 
 def memory_args(shape):
@@ -228,7 +255,8 @@ def qemu_command_arm64(image, initrd, shape, console_log, output_log, accel,
     UART, the kernel console).  No nokaslr: the arm64 kernels
     are built without KASLR, and would hand the word to /init."""
     cmdline = ["console=ttyAMA0", "panic=-1", "oops=panic", "loglevel=6",
-               "mitigations=off", "unflush.out=hvc0", *extra_args]
+               "mitigations=off", "unflush.out=hvc0", *SCSI_DEBUG_ARGS,
+               *extra_args]
     if shape.zram:
         cmdline.append(f"unflush.zram={shape.zram}")
     if shape.data_disk:
@@ -261,6 +289,7 @@ def qemu_command_arm64(image, initrd, shape, console_log, output_log, accel,
     cmd += memory_args(shape)
     if shape.data_disk:
         cmd += ["-drive", f"file={shape.data_disk},if=virtio,format=raw,readonly=on"]
+    cmd += nvme_args(shape, Path(console_log).parent)
     cmd += ["-kernel", str(image), "-initrd", str(initrd),
             "-append", " ".join(a for a in cmdline + [shape.append] if a),
             "-serial", f"file:{console_log}",
@@ -379,6 +408,7 @@ def run(kernel, command, shape=None, logdir=None, quiet=False, allow_splats=Fals
         time.sleep(0.2)
     seconds = time.monotonic() - start
     qemu_out = qemu.stdout.read() if qemu.stdout else ""
+    (logdir / NVME_IMAGE).unlink(missing_ok=True)
     console = console_log.read_text(errors="replace")
     output = output_log.read_text(errors="replace").replace("\r\n", "\n")
     (logdir / "qemu.out").write_text(qemu_out)

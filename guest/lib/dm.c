@@ -3,7 +3,8 @@
  * Device mapper without dmsetup: the ioctls of <linux/dm-ioctl.h> on
  * /dev/mapper/control, enough to make a device of one target, load it a
  * new table (a table load is inactive until the device is resumed, as
- * LVM's lvextend and pvmove do it) and remove it.  The guest's busybox has
+ * LVM's lvextend and pvmove do it), send its target a message (dm-thin's
+ * pool makes its thin devices so) and remove it.  The guest's busybox has
  * no dmsetup, and a static one would have to be built from LVM's sources.
  */
 #define _GNU_SOURCE
@@ -37,14 +38,14 @@ static void dm_header(struct dm_request *r, const char *name)
 	snprintf(r->io.name, sizeof(r->io.name), "%s", name);
 }
 
-static void dm_ioctl(unsigned long cmd, const char *what, struct dm_request *r)
+static void dm_ioctl(unsigned long cmd, const char *what, struct dm_ioctl *r)
 {
 	int fd;
 
 	mkdir("/dev/mapper", 0755);
 	fd = misc_open("/dev/mapper/control", 236, "CONFIG_BLK_DEV_DM");
 	if (ioctl(fd, cmd, r))
-		die(1, "device mapper %s of %s: %s", what, r->io.name,
+		die(1, "device mapper %s of %s: %s", what, r->name,
 		    strerror(errno));
 	close(fd);
 }
@@ -68,7 +69,7 @@ static void dm_load(const char *name, const char *type, const char *params,
 	    (int)sizeof(r.params))
 		die(1, "device mapper table of %s too long: %s", name, params);
 	r.spec.next = sizeof(r.spec) + sizeof(r.params);
-	dm_ioctl(DM_TABLE_LOAD, "table load", &r);
+	dm_ioctl(DM_TABLE_LOAD, "table load", &r.io);
 }
 
 /* Make the inactive table live: suspend (flushing I/O), then resume. */
@@ -78,9 +79,9 @@ static dev_t dm_swap(const char *name)
 
 	dm_header(&r, name);
 	r.io.flags = DM_SUSPEND_FLAG;
-	dm_ioctl(DM_DEV_SUSPEND, "suspend", &r);
+	dm_ioctl(DM_DEV_SUSPEND, "suspend", &r.io);
 	dm_header(&r, name);
-	dm_ioctl(DM_DEV_SUSPEND, "resume", &r);
+	dm_ioctl(DM_DEV_SUSPEND, "resume", &r.io);
 	/* the kernel's new_encode_dev() */
 	return makedev((r.io.dev >> 8) & 0xfff,
 		       (r.io.dev & 0xff) | ((r.io.dev >> 12) & 0xfff00));
@@ -92,7 +93,7 @@ dev_t dm_create(const char *name, const char *type, const char *params,
 	struct dm_request r;
 
 	dm_header(&r, name);
-	dm_ioctl(DM_DEV_CREATE, "create", &r);
+	dm_ioctl(DM_DEV_CREATE, "create", &r.io);
 	dm_load(name, type, params, sectors, read_only);
 	return dm_swap(name);
 }
@@ -111,5 +112,28 @@ void dm_remove(const char *name)
 	dm_header(&r, name);
 	/* still open (a program that died mid-trial): removed at its close */
 	r.io.flags = DM_DEFERRED_REMOVE;
-	dm_ioctl(DM_DEV_REMOVE, "remove", &r);
+	dm_ioctl(DM_DEV_REMOVE, "remove", &r.io);
+}
+
+void dm_message(const char *name, unsigned long long sector,
+		const char *message)
+{
+	/* a struct dm_target_msg, its message in place */
+	struct {
+		struct dm_ioctl io;
+		__u64 sector;
+		char text[128];
+	} r;
+
+	memset(&r, 0, sizeof(r));
+	r.io.version[0] = DM_VERSION_MAJOR;
+	r.io.data_size = sizeof(r);
+	r.io.data_start = sizeof(r.io);
+	snprintf(r.io.name, sizeof(r.io.name), "%s", name);
+	r.sector = sector;
+	if (snprintf(r.text, sizeof(r.text), "%s", message) >=
+	    (int)sizeof(r.text))
+		die(1, "device mapper message to %s too long: %s", name,
+		    message);
+	dm_ioctl(DM_TARGET_MSG, "message", &r.io);
 }

@@ -194,3 +194,15 @@ unsigned long long dev_sectors(const char *dev)
 	close(fd);
 	return bytes / 512;
 }
+
+const char *dev_numbers(const char *dev)
+{
+	static char text[24];
+	struct stat st;
+
+	if (stat(dev, &st) || !S_ISBLK(st.st_mode))
+		die(1, "%s is not a block device: %s", dev, strerror(errno));
+	snprintf(text, sizeof(text), "%u:%u", major(st.st_rdev),
+		 minor(st.st_rdev));
+	return text;
+}

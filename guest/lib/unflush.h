@@ -170,6 +170,49 @@ dev_t dm_create(const char *name, const char *type, const char *params,
 void dm_reload(const char *name, const char *type, const char *params,
 	       unsigned long long sectors, bool read_only);
 void dm_remove(const char *name);
+/* @message sent to the target of device @name at @sector (DM_TARGET_MSG). */
+void dm_message(const char *name, unsigned long long sector,
+		const char *message);
+
+/*
+ * md (lib/md.c), each dying on an error but md_stop(), which says so: a
+ * raid1 array of @member[0] and @member[1] with no superblock, as
+ * /dev/md@minor (its path in @path), marked clean; the array stopped.
+ */
+void md_build_raid1(const char *const member[2], unsigned int minor,
+		    char *path, size_t len);
+void md_stop(const char *path);
+
+/*
+ * SCSI (lib/scsi.c): scsi_debug's RAM disk, made (dying on an error) and
+ * removed again, with the nodes of its block device, sg and bsg devices
+ * (these two named after @tag); scsi_write() sends @len bytes of @buf at
+ * byte @at (both whole sectors) to the disk through @fd, an open node of
+ * any of the three, by @route: -1 with errno set on an error (EIO for a
+ * SCSI status that is not GOOD).  SCSI_WRITE_SAME writes zeroes.
+ */
+struct scsi_disk {
+	char disk[64], sg[64], bsg[64];
+	bool added;
+};
+enum scsi_route { SCSI_SG_IO, SCSI_WRITE_SAME, SCSI_BSG };
+void scsi_debug_add(struct scsi_disk *d, const char *tag);
+void scsi_debug_remove(struct scsi_disk *d);
+int scsi_write(int fd, enum scsi_route route, off_t at, const void *buf,
+	       size_t len);
+
+/*
+ * NVMe (lib/nvme.c): the nodes of the first NVMe namespace, its block
+ * device and its generic character device, found (dying if there is
+ * none); nvme_write() writes @len bytes of @buf (or zeroes: Write Zeroes)
+ * at byte @at (both whole sectors) by NVME_IOCTL_IO_CMD on @fd, either
+ * node: -1 with errno set on an error (EIO for an NVMe status).
+ */
+struct nvme_disk {
+	char disk[64], generic[64];
+};
+void nvme_find(struct nvme_disk *d);
+int nvme_write(int fd, bool zeroes, off_t at, const void *buf, size_t len);
 
 /*
  * Block-device stacks (lib/stack.c), each dying on an error: the node in
@@ -196,6 +239,8 @@ void mbr_write(const char *dev, unsigned int start, unsigned int sectors);
 void part_change(const char *dev, int op, int partno,
 		 unsigned long long start, unsigned long long sectors);
 unsigned long long dev_sectors(const char *dev);
+/* "major:minor" of block device @dev, in a static buffer. */
+const char *dev_numbers(const char *dev);
 
 /* --- migrate.c: move_pages(2) of a whole range --- */
 

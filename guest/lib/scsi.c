@@ -100,6 +100,21 @@ void scsi_debug_add(struct scsi_disk *d, const char *tag)
 						  entry), entry);
 	lun = strrchr(dir, '/') + 1;
 	blk_node(strrchr(entry, '/') + 1, d->disk, sizeof(d->disk));
+	/*
+	 * The disk's sysfs entry comes with add_disk(); until sd's probe has
+	 * finished, opening it says ENXIO (seen once on the debug kernel)
+	 */
+	for (int i = 0, fd; i < 200; i++) {
+		fd = open(d->disk, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			close(fd);
+			break;
+		}
+		if (errno != ENXIO || i == 199)
+			die(1, "cannot open scsi_debug's disk %s: %s", d->disk,
+			    strerror(errno));
+		nanosleep(&pause, NULL);
+	}
 	first_match(strcat(strcpy(attr, dir), "/scsi_generic/sg*"), entry,
 		    sizeof(entry));
 	if (!entry[0])

@@ -528,12 +528,8 @@ static char route_text[512];	/* the helper's last route, said on failure */
 static const char *linear_table(const char *dev)
 {
 	static char table[64];
-	struct stat st;
 
-	if (stat(dev, &st) || !S_ISBLK(st.st_mode))
-		die(1, "%s is not a block device: %s", dev, strerror(errno));
-	snprintf(table, sizeof(table), "%u:%u 0", major(st.st_rdev),
-		 minor(st.st_rdev));
+	snprintf(table, sizeof(table), "%s 0", dev_numbers(dev));
 	return table;
 }
 
@@ -1968,6 +1964,17 @@ static void crypt_setup(struct run *r)
 }
 
 /*
+ * dm-snapshot, dm-thin: the routes that write image 0, the filesystem's
+ * blocks at its own offsets there (image_base stays 0), as a file or
+ * through loop device 0.
+ */
+static void image_and_device_routes(void)
+{
+	add_card(IMAGE_WRITE, -1);
+	add_card(DEV_WRITE, add_writer(stack.loop[0], 0));
+}
+
+/*
  * dm-snapshot: the filesystem made on a loop device (the origin), then
  * mounted from a snapshot of it (dm-snapshot, its exceptions on a second
  * loop device): the file's blocks, never written through the snapshot,
@@ -1977,7 +1984,6 @@ static void crypt_setup(struct run *r)
 static void snapshot_setup(struct run *r)
 {
 	char params[96];
-	int w;
 
 	stack_image(0, stack.sectors);
 	stack_image(1, 16 * MiB / 512);
@@ -1993,10 +1999,7 @@ static void snapshot_setup(struct run *r)
 	stack_dm(0, "snapshot", params, stack.fs_dev, sizeof(stack.fs_dev));
 	mount_stack(0);
 	open_testfile(&r->a);
-	image_base = 0;
-	add_card(IMAGE_WRITE, -1);
-	w = add_writer(stack.loop[0], 0);
-	add_card(DEV_WRITE, w);
+	image_and_device_routes();
 	snprintf(stack_text, sizeof(stack_text),
 		 "dm-snapshot (non-persistent) of loop on an image on --dir, exceptions on another loop");
 }
@@ -2009,7 +2012,6 @@ static void snapshot_setup(struct run *r)
 static void thin_setup(struct run *r)
 {
 	char params[96], pool[64];
-	int w;
 
 	stack_image(0, stack.sectors);
 	stack_image(1, 8 * MiB / 512);
@@ -2021,10 +2023,7 @@ static void thin_setup(struct run *r)
 	snprintf(params, sizeof(params), "%s 0", dev_numbers(pool));
 	stack_dm(1, "thin", params, stack.fs_dev, sizeof(stack.fs_dev));
 	stack_fs(r, 0);
-	image_base = 0;
-	add_card(IMAGE_WRITE, -1);
-	w = add_writer(stack.loop[0], 0);
-	add_card(DEV_WRITE, w);
+	image_and_device_routes();
 	snprintf(stack_text, sizeof(stack_text),
 		 "dm-thin volume of a pool on two loop devices on images on --dir");
 }

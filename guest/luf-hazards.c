@@ -201,7 +201,9 @@ static const char usage[] =
 "               and before or after), on a stack of one kind: md raid1\n"
 "               of two loop devices (both members written); dm-crypt,\n"
 "               written and zeroed through a second dm-crypt with its key;\n"
-"               a dm-snapshot whose origin (device or image) is written;\n"
+"               a dm-snapshot-origin whose origin (device or image) is\n"
+"               written, or a persistent snapshot of which, written, is\n"
+"               merged into it (snapshot-merge);\n"
 "               a dm-thin volume whose pool's data device (or image) is\n"
 "               written where the volume's blocks are; scsi_debug's disk\n"
 "               written by SG_IO (through the disk opened read-only and its\n"
@@ -209,6 +211,7 @@ static const char usage[] =
 "               its bsg node; the guest's NVMe disk (the lab's --nvme SIZE)\n"
 "               written by NVME_IOCTL_IO_CMD (Write through the disk opened\n"
 "               read-only, Write and Write Zeroes through its generic node)\n"
+"               and by io_uring's IORING_OP_URING_CMD (Write, generic node)\n"
 "  reuse        R1: the helper releases the held pages (the luf switch off\n"
 "               and on) and fills fresh pages with a canary, which gets them\n"
 "               (PFNs); the reader must never see it\n"
@@ -292,7 +295,8 @@ static const char usage[] =
 "unmovable_trials, a page UFFDIO_MOVE would not move (swap-below: a page\n"
 "swapped in again before the write), counted as disturbed;\n"
 "the deck modes (below-random and the stack modes after it above): seed\n"
-"and stack in the result, route_trials by route,\n"
+"and stack in the result, route_trials by route, route_violations (the\n"
+"trials with a violation by route, which --keep-going makes useful),\n"
 "before_trials, writers).\n"
 "KTAP (lib/ktap.h): one test, luf-hazards/<mode>, after the result line.\n"
 "Exit 0: no violation; 1: violations, or a precondition failed (no result\n"
@@ -490,7 +494,8 @@ static struct {
  * under the filesystem: the image written, or punched (on tmpfs); a
  * device below the filesystem's (or beside it, over the same blocks)
  * written, zeroed (BLKZEROOUT) or discarded; SCSI commands by SG_IO
- * (lib/scsi.c), NVMe commands by NVME_IOCTL_IO_CMD (lib/nvme.c).  Each writer is opened after the mount, with @flags
+ * (lib/scsi.c), NVMe commands by NVME_IOCTL_IO_CMD or io_uring
+ * (lib/nvme.c).  Each writer is opened after the mount, with @flags
  * (for writing, but for SG_IO on a block device), and kept: @base is the
  * byte offset of the filesystem's block 0 on it, less its own offset on
  * the image; what is written to it is written to writer @pair too, if
@@ -498,11 +503,12 @@ static struct {
  */
 enum route_kind { IMAGE_WRITE, IMAGE_PUNCH, DEV_WRITE, DEV_ZEROOUT,
 		  DEV_DISCARD, SG_WRITE, SG_WRITE_SAME, BSG_WRITE, NVME_WRITE,
-		  NVME_WRITE_ZEROES, NR_ROUTE_KINDS };
+		  NVME_WRITE_ZEROES, NVME_URING_WRITE, SNAPSHOT_MERGE,
+		  NR_ROUTE_KINDS };
 static const char *const route_names[NR_ROUTE_KINDS] = {
 	"image-write", "image-punch", "write", "zeroout", "discard",
 	"sg-io-write", "sg-io-write-same", "bsg-write", "nvme-write",
-	"nvme-write-zeroes" };
+	"nvme-write-zeroes", "nvme-uring-write", "snapshot-merge" };
 #define MAX_WRITERS	4
 static struct writer {
 	char path[64];
@@ -522,7 +528,29 @@ static bool seeded;
 static uint64_t rng;
 static char stack_text[192];
 static long route_trials[NR_ROUTE_KINDS], before_trials;
+static long route_violations[NR_ROUTE_KINDS], violations_seen;
 static char route_text[512];	/* the helper's last route, said on failure */
+
+/* @name: a JSON object of @count by route, for the routes the stack has */
+static void route_field(struct fields *f, const char *name,
+			const long *count)
+{
+	char routes[320];
+	int at = snprintf(routes, sizeof(routes), "{");
+
+	for (int k = 0; k < NR_ROUTE_KINDS; k++) {
+		bool has = false;
+
+		for (int i = 0; i < deck_size; i++)
+			has |= deck[i].kind == (enum route_kind)k;
+		if (has)
+			at += snprintf(routes + at, sizeof(routes) - at,
+				       "%s\"%s\": %ld", at > 1 ? ", " : "",
+				       route_names[k], count[k]);
+	}
+	snprintf(routes + at, sizeof(routes) - at, "}");
+	field_raw(f, name, routes);
+}
 
 /* A dm-linear table over all of block device @dev; dies if it has none. */
 static const char *linear_table(const char *dev)
@@ -717,10 +745,16 @@ static void write_blocks(int fd, const char *target, enum route_kind kind,
 			break;
 		case NVME_WRITE:
 		case NVME_WRITE_ZEROES:
-			err = nvme_write(fd, kind == NVME_WRITE_ZEROES, at,
+		case NVME_URING_WRITE:
+			err = nvme_write(fd, kind == NVME_WRITE ?
+					 NVME_WRITE_IOCTL :
+					 kind == NVME_WRITE_ZEROES ?
+					 NVME_WRITE_ZEROES_IOCTL :
+					 NVME_WRITE_URING, at,
 					 (char *)buf + (size_t)b * fs_block,
 					 fs_block);
 			break;
+		case SNAPSHOT_MERGE:	/* not a write: snapshot_merge() */
 		case NR_ROUTE_KINDS:
 			break;
 		}
@@ -880,6 +914,10 @@ static bool thin_remap(int *block, int n)
 	return true;
 }
 
+static char snapshot_node[64];	/* dm-snapshot: the snapshot's node */
+static void snapshot_merge(uint64_t (*buf)[PAGE_WORDS], const int *block,
+			   int n);
+
 /*
  * The deck modes: the route of @op (route_op()) changes the trial's blocks
  * to its new data (zeroes, for the routes that punch, zero or discard);
@@ -898,13 +936,22 @@ static void helper_route(int op)
 	const struct writer *w = rt->writer >= 0 ? &writers[rt->writer] : NULL;
 	const char *target = w ? w->path : stack.img[0];
 	int n = helper_new_blocks(buf, block);
-	int fd = w ? w->fd : open(stack.img[0], O_WRONLY);
+	int fd = w ? w->fd : rt->kind == SNAPSHOT_MERGE ? -1 :
+		 open(stack.img[0], O_WRONLY);
 
 	/* for helper_bdev_check()'s message */
 	snprintf(route_text, sizeof(route_text), "%s (%s; %s)", target,
 		 route_names[rt->kind], stack_text);
 	if (n < 0 || (mode == DM_THIN && !thin_remap(block, n)))
 		return;
+	if (rt->kind == SNAPSHOT_MERGE) {
+		snprintf(route_text, sizeof(route_text), "%s (%s; %s)",
+			 snapshot_node, route_names[rt->kind], stack_text);
+		snapshot_merge(buf, block, n);
+		if (!ctl->error[0] && !before)
+			helper_bdev_check();
+		return;
+	}
 	if (fd < 0) {
 		helper_fail("cannot open %s for writing: %s", target,
 			    strerror(errno));
@@ -1893,12 +1940,17 @@ static void stack_image(int i, unsigned long long sectors)
 		    sizeof(stack.loop[i]));
 }
 
-/* Device-mapper device @i of @type with @params: its node in stack.dm. */
+/*
+ * Device-mapper device @i of @type with @params: its name in stack.dm,
+ * kept if it has one (the helper makes dm-snapshot's again), its node in
+ * @node.
+ */
 static void stack_dm(int i, const char *type, const char *params,
 		     char *node, size_t len)
 {
-	snprintf(stack.dm[i], sizeof(stack.dm[i]), "luf-hazards-%d-%d",
-		 (int)getpid(), i);
+	if (!stack.dm[i][0])
+		snprintf(stack.dm[i], sizeof(stack.dm[i]), "luf-hazards-%d-%d",
+			 (int)getpid(), i);
 	dm_node(dm_create(stack.dm[i], type, params, stack.sectors, false),
 		node, len);
 }
@@ -1975,16 +2027,27 @@ static void image_and_device_routes(void)
 }
 
 /*
- * dm-snapshot: the filesystem made on a loop device (the origin), then
- * mounted from a snapshot of it (dm-snapshot, its exceptions on a second
- * loop device): the file's blocks, never written through the snapshot,
- * are the origin's, which the route writes (device or image) without the
- * snapshot-origin target that would copy them out first.
+ * dm-snapshot: the filesystem on a loop device (the origin), mounted
+ * through a snapshot-origin device (stack.dm[0]), with a persistent
+ * snapshot of it beside (stack.dm[1], its exceptions on a second loop
+ * device).  The routes write the origin, device or image, without the
+ * snapshot-origin target that would copy the blocks out first, and merge
+ * the snapshot, written first, into the mounted device (snapshot_merge()).
  */
-static void snapshot_setup(struct run *r)
+#define SNAPSHOT_CHUNK	8	/* sectors: a filesystem block */
+
+static void snapshot_make(void)
 {
 	char params[96];
 
+	snprintf(params, sizeof(params), "%s", dev_numbers(stack.loop[0]));
+	snprintf(params + strlen(params), sizeof(params) - strlen(params),
+		 " %s P %d", dev_numbers(stack.loop[1]), SNAPSHOT_CHUNK);
+	stack_dm(1, "snapshot", params, snapshot_node, sizeof(snapshot_node));
+}
+
+static void snapshot_setup(struct run *r)
+{
 	stack_image(0, stack.sectors);
 	stack_image(1, 16 * MiB / 512);
 	snprintf(stack.fs_dev, sizeof(stack.fs_dev), "%s", stack.loop[0]);
@@ -1993,15 +2056,83 @@ static void snapshot_setup(struct run *r)
 	if (umount(stack.mnt))
 		die(1, "cannot unmount %s: %s", stack.mnt, strerror(errno));
 	stack.mounted = false;
-	snprintf(params, sizeof(params), "%s", dev_numbers(stack.loop[0]));
-	snprintf(params + strlen(params), sizeof(params) - strlen(params),
-		 " %s N 8", dev_numbers(stack.loop[1]));
-	stack_dm(0, "snapshot", params, stack.fs_dev, sizeof(stack.fs_dev));
+	stack_dm(0, "snapshot-origin", dev_numbers(stack.loop[0]),
+		 stack.fs_dev, sizeof(stack.fs_dev));
+	snapshot_make();
 	mount_stack(0);
 	open_testfile(&r->a);
 	image_and_device_routes();
+	add_card(SNAPSHOT_MERGE, -1);
 	snprintf(stack_text, sizeof(stack_text),
-		 "dm-snapshot (non-persistent) of loop on an image on --dir, exceptions on another loop");
+		 "dm-snapshot-origin of loop on an image on --dir, a persistent snapshot beside, its exceptions on another loop");
+}
+
+/*
+ * The snapshot-merge route, in the helper: the trial's @n blocks of @buf
+ * written through the snapshot, which keeps them as exceptions, then
+ * merged into the mounted origin as LVM's lvconvert --merge does it: the
+ * snapshot suspended, the origin's table replaced by snapshot-merge over
+ * the same exceptions (resuming it hands them over), the snapshot
+ * removed.  Once the merge is done the origin gets its snapshot-origin
+ * table back, and a new snapshot, over an emptied exception store, is
+ * made for the next trial.
+ */
+static void snapshot_merge(uint64_t (*buf)[PAGE_WORDS], const int *block,
+			   int n)
+{
+	static char zero[4096] __attribute__((aligned(4096)));
+	char params[96], status[128];
+	unsigned long long allocated, total, meta;
+	int fd = open(snapshot_node, O_WRONLY | O_DIRECT);
+
+	if (fd < 0) {
+		helper_fail("cannot open %s for writing: %s", snapshot_node,
+			    strerror(errno));
+		return;
+	}
+	write_blocks(fd, snapshot_node, DEV_WRITE, buf, block, n, 0);
+	close(fd);
+	if (ctl->error[0])
+		return;
+	snprintf(params, sizeof(params), "%s", dev_numbers(stack.loop[0]));
+	snprintf(params + strlen(params), sizeof(params) - strlen(params),
+		 " %s P %d", dev_numbers(stack.loop[1]), SNAPSHOT_CHUNK);
+	dm_suspend(stack.dm[1]);
+	dm_load(stack.dm[0], "snapshot-merge", params, stack.sectors, false);
+	dm_suspend(stack.dm[0]);
+	dm_resume(stack.dm[0]);
+	dm_remove(stack.dm[1]);
+	/* status "allocated/total metadata": merged when the two agree */
+	for (int tries = 0;; tries++) {
+		dm_status(stack.dm[0], status, sizeof(status));
+		if (sscanf(status, "%llu/%llu %llu", &allocated, &total,
+			   &meta) != 3) {
+			helper_fail("snapshot-merge status of %s: '%s'",
+				    stack.dm[0], status);
+			return;
+		}
+		if (allocated == meta)
+			break;
+		if (tries == 1000) {
+			helper_fail("the merge into %s did not end in 10 s: %s",
+				    stack.dm[0], status);
+			return;
+		}
+		usleep(10000);
+	}
+	dm_reload(stack.dm[0], "snapshot-origin", dev_numbers(stack.loop[0]),
+		  stack.sectors, false);
+	/* a zeroed header: the next snapshot starts a new store */
+	fd = open(stack.loop[1], O_WRONLY | O_DIRECT);
+	if (fd < 0 || pwrite(fd, zero, sizeof(zero), 0) != sizeof(zero)) {
+		helper_fail("cannot empty the exception store on %s: %s",
+			    stack.loop[1], strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	close(fd);
+	snapshot_make();
 }
 
 /*
@@ -2063,7 +2194,7 @@ static void scsi_setup(struct run *r)
  * nvme-passthrough: the filesystem on the guest's NVMe disk; NVMe I/O
  * commands write its blocks (Write, Write Zeroes) through the disk's
  * block device opened read-only and through its generic character
- * device.
+ * device, by ioctl and (Write) by io_uring.
  */
 static void nvme_setup(struct run *r)
 {
@@ -2084,8 +2215,9 @@ static void nvme_setup(struct run *r)
 	add_card(NVME_WRITE, disk);
 	add_card(NVME_WRITE, generic);
 	add_card(NVME_WRITE_ZEROES, generic);
+	add_card(NVME_URING_WRITE, generic);
 	snprintf(stack_text, sizeof(stack_text),
-		 "an NVMe disk; NVME_IOCTL_IO_CMD through it (read-only) and its generic node");
+		 "an NVMe disk; NVME_IOCTL_IO_CMD through it (read-only) and its generic node, which io_uring writes too");
 }
 
 /* The deck modes' stacks in --dir, the test file @r->a made on them. */
@@ -2462,6 +2594,13 @@ static void one_trial(struct run *r)
 	if (deck_mode()) {
 		r->route = next_route();
 		r->before = draw(2);
+		/*
+		 * A merge outlasts LUF's hold bound (LUF_HOLD_JIFFIES) in
+		 * the lab's guests, whose timer then flushes what the
+		 * take-away left: only before it can the route meet a
+		 * stale entry
+		 */
+		r->before |= deck[r->route].kind == SNAPSHOT_MERGE;
 	}
 	if (mode == ANON_MOVE ||
 	    (deck_mode() && zeroes(deck[r->route].kind))) {
@@ -2581,6 +2720,11 @@ static void one_trial(struct run *r)
 			route_trials[deck[r->route].kind]++;
 			before_trials += r->before;
 		}
+	}
+	/* with --keep-going: which routes the violating trials took */
+	if (deck_mode() && atomic_load(&ctl->violations) > violations_seen) {
+		violations_seen = atomic_load(&ctl->violations);
+		route_violations[deck[r->route].kind]++;
 	}
 	trial_stop();
 	/*
@@ -2853,25 +2997,10 @@ int main(int argc, char **argv)
 	if (mode == ANON_MOVE || mode == SWAP_BELOW)
 		field_int(&checks, "unmovable_trials", r.unmovable);
 	if (deck_mode()) {
-		char routes[256];
-		int at = 0;
-
 		field_int(&extra, "seed", (long long)seed);
 		field_str(&extra, "stack", stack_text);
-		/* the counted trials by route: those the stack has */
-		at = snprintf(routes, sizeof(routes), "{");
-		for (int k = 0; k < NR_ROUTE_KINDS; k++) {
-			bool has = false;
-
-			for (int i = 0; i < deck_size; i++)
-				has |= deck[i].kind == (enum route_kind)k;
-			if (has)
-				at += snprintf(routes + at, sizeof(routes) - at,
-					       "%s\"%s\": %ld", at > 1 ? ", " : "",
-					       route_names[k], route_trials[k]);
-		}
-		snprintf(routes + at, sizeof(routes) - at, "}");
-		field_raw(&checks, "route_trials", routes);
+		route_field(&checks, "route_trials", route_trials);
+		route_field(&checks, "route_violations", route_violations);
 		field_int(&checks, "before_trials", before_trials);
 		field_int(&checks, "writers", nr_writers);
 	}

@@ -3,8 +3,10 @@
  * Device mapper without dmsetup: the ioctls of <linux/dm-ioctl.h> on
  * /dev/mapper/control, enough to make a device of one target, load it a
  * new table (a table load is inactive until the device is resumed, as
- * LVM's lvextend and pvmove do it), send its target a message (dm-thin's
- * pool makes its thin devices so) and remove it.  The guest's busybox has
+ * LVM's lvextend and pvmove do it), suspend and resume it apart (a
+ * snapshot merge's handover needs the source suspended while the merging
+ * device resumes), read its target's status, send its target a message
+ * (dm-thin's pool makes its thin devices so) and remove it.  The guest's busybox has
  * no dmsetup, and a static one would have to be built from LVM's sources.
  */
 #define _GNU_SOURCE
@@ -54,8 +56,8 @@ static void dm_ioctl(unsigned long cmd, const char *what, struct dm_ioctl *r)
  * Load @name's inactive table: one target of @type over @sectors.  Read
  * only, the table opens the devices under it only for reading.
  */
-static void dm_load(const char *name, const char *type, const char *params,
-		    unsigned long long sectors, bool read_only)
+void dm_load(const char *name, const char *type, const char *params,
+	     unsigned long long sectors, bool read_only)
 {
 	struct dm_request r;
 
@@ -72,19 +74,46 @@ static void dm_load(const char *name, const char *type, const char *params,
 	dm_ioctl(DM_TABLE_LOAD, "table load", &r.io);
 }
 
-/* Make the inactive table live: suspend (flushing I/O), then resume. */
-static dev_t dm_swap(const char *name)
+/* Suspend @name, flushing its I/O (and freezing a filesystem on it). */
+void dm_suspend(const char *name)
 {
 	struct dm_request r;
 
 	dm_header(&r, name);
 	r.io.flags = DM_SUSPEND_FLAG;
 	dm_ioctl(DM_DEV_SUSPEND, "suspend", &r.io);
+}
+
+/* Resume @name, its inactive table made live if it has one: its number. */
+dev_t dm_resume(const char *name)
+{
+	struct dm_request r;
+
 	dm_header(&r, name);
 	dm_ioctl(DM_DEV_SUSPEND, "resume", &r.io);
 	/* the kernel's new_encode_dev() */
 	return makedev((r.io.dev >> 8) & 0xfff,
 		       (r.io.dev & 0xff) | ((r.io.dev >> 12) & 0xfff00));
+}
+
+/* Make the inactive table live: suspend, then resume. */
+static dev_t dm_swap(const char *name)
+{
+	dm_suspend(name);
+	return dm_resume(name);
+}
+
+void dm_status(const char *name, char *status, size_t len)
+{
+	struct dm_request r;
+
+	dm_header(&r, name);
+	dm_ioctl(DM_TABLE_STATUS, "status", &r.io);
+	if (!r.io.target_count)
+		die(1, "device mapper device %s has no live table", name);
+	/* the first target's spec, its status text after it */
+	snprintf(status, len, "%s", (char *)&r + r.io.data_start +
+		 sizeof(struct dm_target_spec));
 }
 
 dev_t dm_create(const char *name, const char *type, const char *params,

@@ -4,17 +4,24 @@
  * the lab attaches on request: VMShape.nvme) and I/O commands sent to it
  * with NVME_IOCTL_IO_CMD, through its block device or its generic
  * character device (/dev/ngXnY), past the block layer's file checks: with
- * CAP_SYS_ADMIN, even on a block device opened read-only.
+ * CAP_SYS_ADMIN, even on a block device opened read-only.  The generic
+ * node also takes them from io_uring (IORING_OP_URING_CMD), which needs
+ * a ring of 128-byte entries; liburing is not in the guest, so the ring
+ * is set up here with the raw system calls, one ring per command.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <glob.h>
+#include <stddef.h>
+#include <linux/io_uring.h>
 #include <linux/nvme_ioctl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -51,8 +58,71 @@ void nvme_find(struct nvme_disk *d)
 		die(1, "mknod %s: %s", d->generic, strerror(errno));
 }
 
-int nvme_write(int fd, bool zeroes, off_t at, const void *buf, size_t len)
+/* one io_uring command on @fd, the generic node: its result, or -errno */
+static int uring_cmd(int fd, const struct nvme_uring_cmd *cmd)
 {
+	struct io_uring_params p = {
+		.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQE32,
+	};
+	size_t sq_len, cq_len, sqes_len = 2 * sizeof(struct io_uring_sqe);
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe *cqe;
+	int ring, ret = -EIO;
+	char *sq, *cq;
+
+	ring = syscall(__NR_io_uring_setup, 1, &p);
+	if (ring < 0)
+		return -errno;
+	sq_len = p.sq_off.array + p.sq_entries * sizeof(__u32);
+	/* CQE32: each completion is two io_uring_cqe */
+	cq_len = p.cq_off.cqes + p.cq_entries * 2 * sizeof(*cqe);
+	if (!(p.features & IORING_FEAT_SINGLE_MMAP)) {
+		close(ring);
+		return -ENOSYS;
+	}
+	if (cq_len > sq_len)
+		sq_len = cq_len;
+	sq = mmap(NULL, sq_len, PROT_READ | PROT_WRITE, MAP_SHARED, ring,
+		  IORING_OFF_SQ_RING);
+	sqe = mmap(NULL, sqes_len, PROT_READ | PROT_WRITE, MAP_SHARED, ring,
+		   IORING_OFF_SQES);
+	if (sq == MAP_FAILED || sqe == MAP_FAILED) {
+		ret = -errno;
+		goto out;
+	}
+	cq = sq;
+	memset(sqe, 0, sqes_len);
+	sqe->opcode = IORING_OP_URING_CMD;
+	sqe->fd = fd;
+	sqe->cmd_op = NVME_URING_CMD_IO;
+	/* the command fills 72 of the 80 bytes from sqe->cmd on */
+	memcpy((char *)sqe + offsetof(struct io_uring_sqe, cmd), cmd,
+	       sizeof(*cmd));
+	((__u32 *)(sq + p.sq_off.array))[0] = 0;
+	__atomic_store_n((__u32 *)(sq + p.sq_off.tail), 1, __ATOMIC_RELEASE);
+	if (syscall(__NR_io_uring_enter, ring, 1, 1, IORING_ENTER_GETEVENTS,
+		    NULL, 0) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	if (__atomic_load_n((__u32 *)(cq + p.cq_off.tail), __ATOMIC_ACQUIRE) ==
+	    *(__u32 *)(cq + p.cq_off.head))
+		goto out;	/* no completion: -EIO */
+	cqe = (struct io_uring_cqe *)(cq + p.cq_off.cqes);
+	ret = cqe->res;
+out:
+	if (sqe != MAP_FAILED)
+		munmap(sqe, sqes_len);
+	if (sq != MAP_FAILED)
+		munmap(sq, sq_len);
+	close(ring);
+	return ret;
+}
+
+int nvme_write(int fd, enum nvme_route route, off_t at, const void *buf,
+	       size_t len)
+{
+	bool zeroes = route == NVME_WRITE_ZEROES_IOCTL;
 	struct nvme_passthru_cmd cmd = {
 		.opcode = zeroes ? NVME_CMD_WRITE_ZEROES : NVME_CMD_WRITE,
 		.cdw10 = (uint32_t)(at / NVME_SECTOR),
@@ -68,7 +138,22 @@ int nvme_write(int fd, bool zeroes, off_t at, const void *buf, size_t len)
 		return -1;
 	}
 	cmd.nsid = nsid;
-	err = ioctl(fd, NVME_IOCTL_IO_CMD, &cmd);
+	if (route == NVME_WRITE_URING) {
+		struct nvme_uring_cmd ucmd = {
+			.opcode = cmd.opcode, .nsid = cmd.nsid,
+			.addr = cmd.addr, .data_len = cmd.data_len,
+			.cdw10 = cmd.cdw10, .cdw11 = cmd.cdw11,
+			.cdw12 = cmd.cdw12,
+		};
+
+		err = uring_cmd(fd, &ucmd);
+		if (err < 0) {
+			errno = -err;
+			return -1;
+		}
+	} else {
+		err = ioctl(fd, NVME_IOCTL_IO_CMD, &cmd);
+	}
 	if (err > 0)	/* an NVMe status */
 		errno = EIO;
 	return err ? -1 : 0;

@@ -162,13 +162,19 @@ bool parse_list(const char *text, bool *set, int max);
 /*
  * Device mapper (lib/dm.c): a device @name of one target @type ("linear")
  * with @params ("7:0 0") over @sectors, @read_only or not, its number
- * returned; a new table made live (load, suspend, resume); the device
- * removed.  Each dies on an error.
+ * returned; a new table made live (load, suspend, resume), or each step
+ * alone; the live target's status text; the device removed.  Each dies on
+ * an error.
  */
 dev_t dm_create(const char *name, const char *type, const char *params,
 		unsigned long long sectors, bool read_only);
 void dm_reload(const char *name, const char *type, const char *params,
 	       unsigned long long sectors, bool read_only);
+void dm_load(const char *name, const char *type, const char *params,
+	     unsigned long long sectors, bool read_only);
+void dm_suspend(const char *name);
+dev_t dm_resume(const char *name);
+void dm_status(const char *name, char *status, size_t len);
 void dm_remove(const char *name);
 /* @message sent to the target of device @name at @sector (DM_TARGET_MSG). */
 void dm_message(const char *name, unsigned long long sector,
@@ -205,14 +211,18 @@ int scsi_write(int fd, enum scsi_route route, off_t at, const void *buf,
  * NVMe (lib/nvme.c): the nodes of the first NVMe namespace, its block
  * device and its generic character device, found (dying if there is
  * none); nvme_write() writes @len bytes of @buf (or zeroes: Write Zeroes)
- * at byte @at (both whole sectors) by NVME_IOCTL_IO_CMD on @fd, either
- * node: -1 with errno set on an error (EIO for an NVMe status).
+ * at byte @at (both whole sectors) on @fd, by @route: NVME_IOCTL_IO_CMD
+ * on either node, or io_uring's IORING_OP_URING_CMD on the generic node:
+ * -1 with errno set on an error (EIO for an NVMe status).
  */
 struct nvme_disk {
 	char disk[64], generic[64];
 };
+enum nvme_route { NVME_WRITE_IOCTL, NVME_WRITE_ZEROES_IOCTL,
+		  NVME_WRITE_URING };
 void nvme_find(struct nvme_disk *d);
-int nvme_write(int fd, bool zeroes, off_t at, const void *buf, size_t len);
+int nvme_write(int fd, enum nvme_route route, off_t at, const void *buf,
+	       size_t len);
 
 /*
  * Block-device stacks (lib/stack.c), each dying on an error: the node in

@@ -116,6 +116,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/blkpg.h>
+#include <linux/blkzoned.h>
 #include <linux/fs.h>
 #include <linux/magic.h>
 #include <linux/userfaultfd.h>
@@ -145,8 +146,8 @@ static const char usage[] =
 "                   anon-reuse|anon-move|anon-demote|compact|loop-backing|\n"
 "                   partition|loop-change-fd|dm-linear|dm-reload|\n"
 "                   loop-offset|md-raid1|dm-crypt|dm-snapshot|dm-thin|\n"
-"                   scsi-passthrough|nvme-passthrough|below-random|\n"
-"                   swap-below [--seed N]\n"
+"                   scsi-passthrough|nvme-passthrough|zone-reset|\n"
+"                   below-random|swap-below [--seed N]\n"
 "                   [--trials N]\n"
 "                   [--pages N] [--dir DIR] [--linger N] [--disable-rules MASK]\n"
 "                   [--keep-going] [--quick]\n"
@@ -196,7 +197,7 @@ static const char usage[] =
 "               punched; a device below the filesystem's written, zeroed\n"
 "               or discarded), before or after the take-away\n"
 "  md-raid1, dm-crypt, dm-snapshot, dm-thin, scsi-passthrough,\n"
-"  nvme-passthrough\n"
+"  nvme-passthrough, zone-reset\n"
 "               R9, as below-random (--seed draws the order of the routes\n"
 "               and before or after), on a stack of one kind: md raid1\n"
 "               of two loop devices (both members written); dm-crypt,\n"
@@ -211,7 +212,12 @@ static const char usage[] =
 "               its bsg node; the guest's NVMe disk (the lab's --nvme SIZE)\n"
 "               written by NVME_IOCTL_IO_CMD (Write through the disk opened\n"
 "               read-only, Write and Write Zeroes through its generic node)\n"
-"               and by io_uring's IORING_OP_URING_CMD (Write, generic node)\n"
+"               and by io_uring's IORING_OP_URING_CMD (Write, generic node);\n"
+"               the guest's zoned NVMe namespace (ZNS, --nvme too), ext2\n"
+"               copied on in zone order and mounted read-only, each block's\n"
+"               zone reset and written again with the block's new data, by\n"
+"               NVMe passthrough through the namespace opened read-only and\n"
+"               its generic node\n"
 "  reuse        R1: the helper releases the held pages (the luf switch off\n"
 "               and on) and fills fresh pages with a canary, which gets them\n"
 "               (PFNs); the reader must never see it\n"
@@ -346,7 +352,7 @@ enum mode { BDEV, BDEV_CLOSED, REUSE, DEMOTE, ANON_WRITE, ANON_FORCE,
 	    ANON_REUSE, ANON_MOVE, ANON_DEMOTE, COMPACT, LOOP_BACKING,
 	    PARTITION, LOOP_CHANGE_FD, DM_LINEAR, DM_RELOAD, LOOP_OFFSET,
 	    BELOW_RANDOM, SWAP_BELOW, MD_RAID1, DM_CRYPT, DM_SNAPSHOT, DM_THIN,
-	    SCSI_PASSTHROUGH, NVME_PASSTHROUGH };
+	    SCSI_PASSTHROUGH, NVME_PASSTHROUGH, ZONE_RESET };
 static const struct {
 	const char *rule;
 	enum after_done after;
@@ -375,6 +381,7 @@ static const struct {
 	[DM_THIN]  = { "R9",    AFTER_NEW },
 	[SCSI_PASSTHROUGH] = { "R9", AFTER_NEW },
 	[NVME_PASSTHROUGH] = { "R9", AFTER_NEW },
+	[ZONE_RESET] = { "R9",  AFTER_NEW },
 };
 enum op { OP_TAKE = 1, OP_BDEV, OP_BDEV_WRITE, OP_BDEV_CHECK, OP_REUSE,
 	  OP_DROP, OP_BELOW,
@@ -424,13 +431,15 @@ static bool bdev_mode(void)
 /*
  * The below modes whose trials take their routes from a deck (--seed):
  * below-random's drawn stack, and the stacks of md, dm-crypt,
- * dm-snapshot, dm-thin, a SCSI disk and an NVMe disk (stack_setup()).
+ * dm-snapshot, dm-thin, a SCSI disk, an NVMe disk and a zoned one
+ * (stack_setup()).
  */
 static bool deck_mode(void)
 {
 	return mode == BELOW_RANDOM || mode == MD_RAID1 || mode == DM_CRYPT ||
 	       mode == DM_SNAPSHOT || mode == DM_THIN ||
-	       mode == SCSI_PASSTHROUGH || mode == NVME_PASSTHROUGH;
+	       mode == SCSI_PASSTHROUGH || mode == NVME_PASSTHROUGH ||
+	       mode == ZONE_RESET;
 }
 
 /* the modes that change the file's blocks below its filesystem's device */
@@ -504,11 +513,12 @@ static struct {
 enum route_kind { IMAGE_WRITE, IMAGE_PUNCH, DEV_WRITE, DEV_ZEROOUT,
 		  DEV_DISCARD, SG_WRITE, SG_WRITE_SAME, BSG_WRITE, NVME_WRITE,
 		  NVME_WRITE_ZEROES, NVME_URING_WRITE, SNAPSHOT_MERGE,
-		  NR_ROUTE_KINDS };
+		  ZONE_REWRITE, NR_ROUTE_KINDS };
 static const char *const route_names[NR_ROUTE_KINDS] = {
 	"image-write", "image-punch", "write", "zeroout", "discard",
 	"sg-io-write", "sg-io-write-same", "bsg-write", "nvme-write",
-	"nvme-write-zeroes", "nvme-uring-write", "snapshot-merge" };
+	"nvme-write-zeroes", "nvme-uring-write", "snapshot-merge",
+	"zone-reset-rewrite" };
 #define MAX_WRITERS	4
 static struct writer {
 	char path[64];
@@ -530,6 +540,11 @@ static char stack_text[192];
 static long route_trials[NR_ROUTE_KINDS], before_trials;
 static long route_violations[NR_ROUTE_KINDS], violations_seen;
 static char route_text[512];	/* the helper's last route, said on failure */
+/* the routes whose work is the stack's own, further on */
+static char snapshot_node[64];	/* dm-snapshot: the snapshot's node */
+static void snapshot_merge(uint64_t (*buf)[PAGE_WORDS], const int *block,
+			   int n);
+static int zone_rewrite(int fd, off_t at, const void *block);
 
 /* @name: a JSON object of @count by route, for the routes the stack has */
 static void route_field(struct fields *f, const char *name,
@@ -754,6 +769,10 @@ static void write_blocks(int fd, const char *target, enum route_kind kind,
 					 (char *)buf + (size_t)b * fs_block,
 					 fs_block);
 			break;
+		case ZONE_REWRITE:
+			err = zone_rewrite(fd, at, (char *)buf +
+					   (size_t)b * fs_block);
+			break;
 		case SNAPSHOT_MERGE:	/* not a write: snapshot_merge() */
 		case NR_ROUTE_KINDS:
 			break;
@@ -913,10 +932,6 @@ static bool thin_remap(int *block, int n)
 	}
 	return true;
 }
-
-static char snapshot_node[64];	/* dm-snapshot: the snapshot's node */
-static void snapshot_merge(uint64_t (*buf)[PAGE_WORDS], const int *block,
-			   int n);
 
 /*
  * The deck modes: the route of @op (route_op()) changes the trial's blocks
@@ -2202,7 +2217,7 @@ static void nvme_setup(struct run *r)
 	unsigned long long need = r->slots * r->npages * PAGE_SIZE_4K + 8 * MiB;
 	int disk, generic;
 
-	nvme_find(&d);
+	nvme_find(&d, false);
 	if (dev_sectors(d.disk) * 512 < need)
 		die(1, "the NVMe disk %s has %llu MiB, the trials need %llu: give the guest a larger one or fewer --trials",
 		    d.disk, dev_sectors(d.disk) / 2048, need / MiB);
@@ -2218,6 +2233,93 @@ static void nvme_setup(struct run *r)
 	add_card(NVME_URING_WRITE, generic);
 	snprintf(stack_text, sizeof(stack_text),
 		 "an NVMe disk; NVME_IOCTL_IO_CMD through it (read-only) and its generic node, which io_uring writes too");
+}
+
+/*
+ * zone-reset: the guest's zoned NVMe namespace (ZNS: a zone takes writes
+ * at its write pointer only, from its start after a reset).  ext2 is made
+ * on an image in --dir through a loop device, copied onto the namespace
+ * in order, zone after zone, and mounted from it read-only.  The route
+ * resets the zone of each block of the trial and writes the zone again,
+ * that block's new data in place, by NVMe passthrough (Zone Management
+ * Send, Write) through the namespace opened read-only or through its
+ * generic node.  A writer of the mounted device (BLKRESETZONE needs one)
+ * is R4's, so no route takes that way.
+ */
+static unsigned long long zone_bytes;
+static int zone_fd = -1;		/* O_RDONLY | O_DIRECT: zone reads */
+
+static int zone_rewrite(int fd, off_t at, const void *block)
+{
+	static char *zone;
+	off_t start = at / zone_bytes * zone_bytes;
+
+	if (!zone && posix_memalign((void **)&zone, 4096, zone_bytes))
+		return errno = ENOMEM, -1;
+	if (pread(zone_fd, zone, zone_bytes, start) != (ssize_t)zone_bytes)
+		return errno = errno ? errno : EIO, -1;
+	memcpy(zone + (at - start), block, fs_block);
+	if (nvme_zone_reset(fd, start))
+		return -1;
+	return nvme_write(fd, NVME_WRITE_IOCTL, start, zone, zone_bytes);
+}
+
+static void zone_setup(struct run *r)
+{
+	static char chunk[MiB] __attribute__((aligned(4096)));
+	struct nvme_disk d;
+	int img, dev, disk, generic;
+	unsigned long long bytes;
+
+	nvme_find(&d, true);
+	zone_bytes = d.zone_bytes;
+	if (zone_bytes > MiB || MiB % zone_bytes)
+		die(1, "the zoned namespace %s has zones of %llu bytes: the mode copies whole MiBs of zones",
+		    d.disk, zone_bytes);
+	bytes = stack.sectors * 512;
+	if (dev_sectors(d.disk) * 512 < bytes)
+		die(1, "the zoned namespace %s has %llu MiB, the trials need %llu: give the guest a larger one or fewer --trials",
+		    d.disk, dev_sectors(d.disk) / 2048, bytes / MiB);
+	stack_image(0, stack.sectors);
+	snprintf(stack.fs_dev, sizeof(stack.fs_dev), "%s", stack.loop[0]);
+	stack_fs(r, 0);
+	close(r->a.fd);
+	if (umount(stack.mnt))
+		die(1, "cannot unmount %s: %s", stack.mnt, strerror(errno));
+	stack.mounted = false;
+	/*
+	 * in order, as the zones take it, after a reset (an earlier run's
+	 * zones are full); the writer closed before the mount
+	 */
+	img = open(stack.img[0], O_RDONLY);
+	dev = open(d.disk, O_WRONLY | O_DIRECT);
+	if (img < 0 || dev < 0)
+		die(1, "cannot open %s or %s: %s", stack.img[0], d.disk,
+		    strerror(errno));
+	if (ioctl(dev, BLKRESETZONE,
+		  &(struct blk_zone_range){ 0, bytes / 512 }))
+		die(1, "BLKRESETZONE of %s: %s", d.disk, strerror(errno));
+	for (unsigned long long at = 0; at < bytes; at += MiB)
+		if (pread(img, chunk, MiB, at) != MiB ||
+		    pwrite(dev, chunk, MiB, at) != MiB)
+			die(1, "copying %s onto %s at %llu: %s", stack.img[0],
+			    d.disk, at, strerror(errno));
+	close(img);
+	close(dev);
+	snprintf(stack.fs_dev, sizeof(stack.fs_dev), "%s", d.disk);
+	mount_stack(MS_RDONLY);
+	open_testfile(&r->a);
+	zone_fd = open(d.disk, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	if (zone_fd < 0)
+		die(1, "cannot open %s: %s", d.disk, strerror(errno));
+	disk = add_writer(d.disk, 0);
+	writers[disk].flags = O_RDONLY;
+	generic = add_writer(d.generic, 0);
+	writers[generic].flags = O_RDWR;
+	add_card(ZONE_REWRITE, disk);
+	add_card(ZONE_REWRITE, generic);
+	snprintf(stack_text, sizeof(stack_text),
+		 "a zoned NVMe namespace (ZNS), read-only; zone resets and writes by NVME_IOCTL_IO_CMD through it (read-only) and its generic node");
 }
 
 /* The deck modes' stacks in --dir, the test file @r->a made on them. */
@@ -2246,8 +2348,10 @@ static void stack_setup(struct run *r)
 		thin_setup(r);
 	else if (mode == SCSI_PASSTHROUGH)
 		scsi_setup(r);
-	else
+	else if (mode == NVME_PASSTHROUGH)
 		nvme_setup(r);
+	else
+		zone_setup(r);
 	if (ioctl(r->a.fd, FIGETBSZ, &fs_block) || fs_block != 4096)
 		die(1, "the filesystem of %s has no 4096-byte blocks",
 		    r->a.path);
@@ -2550,6 +2654,7 @@ static bool hazard(struct run *r, uintptr_t va, long region)
 	case DM_THIN:
 	case SCSI_PASSTHROUGH:
 	case NVME_PASSTHROUGH:
+	case ZONE_RESET:
 		helper_command(r->before ? OP_BDEV_CHECK :
 			       route_op(&deck[r->route], false));
 		break;
@@ -2795,7 +2900,7 @@ int main(int argc, char **argv)
 		"loop-backing", "partition", "loop-change-fd", "dm-linear",
 		"dm-reload", "loop-offset", "below-random", "swap-below",
 		"md-raid1", "dm-crypt", "dm-snapshot", "dm-thin",
-		"scsi-passthrough", "nvme-passthrough", NULL };
+		"scsi-passthrough", "nvme-passthrough", "zone-reset", NULL };
 	static const char *const own[] = { "dir", "disable-rules", "seed",
 					   NULL };
 	struct attack_args args = {
@@ -2811,7 +2916,7 @@ int main(int argc, char **argv)
 	parse_attack_args(argc, argv, &args);
 	mode = args.mode;
 	if (seeded && !deck_mode())
-		usage_error("--seed is for the modes whose routes are drawn: below-random, md-raid1, dm-crypt, dm-snapshot, dm-thin, scsi-passthrough, nvme-passthrough");
+		usage_error("--seed is for the modes whose routes are drawn: below-random, md-raid1, dm-crypt, dm-snapshot, dm-thin, scsi-passthrough, nvme-passthrough, zone-reset");
 	if (!seeded)
 		seed = (unsigned long long)time(NULL) << 16 ^ getpid();
 	/* xorshift64 must not start at 0 */

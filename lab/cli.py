@@ -38,7 +38,8 @@ def add_shape_options(p):
                    help="add a CPU-less, slower NUMA node 1 of SIZE (tiered memory)")
     p.add_argument("--zram", metavar="SIZE", help="zram swap device of SIZE")
     p.add_argument("--nvme", metavar="SIZE",
-                   help="a blank NVMe disk of SIZE (luf-hazards nvme-passthrough)")
+                   help="a blank NVMe disk, a plain and a zoned namespace of SIZE each "
+                   "(luf-hazards nvme-passthrough, zone-reset)")
     p.add_argument("--append", default="", help="extra kernel command line")
     p.add_argument("--accel", default="auto", choices=["auto", "tcg", "kvm"],
                    help="auto: KVM only if a boot probe shows it runs a stock kernel")

@@ -23,9 +23,11 @@ MODES = ("bdev", "bdev-closed", "reuse", "demote", "anon-write", "anon-force",
 # apart from the bdev modes, which mount /scratch again after every trial
 BELOW_MODES = ("loop-backing", "partition", "loop-change-fd", "dm-linear",
                "dm-reload", "loop-offset", "md-raid1", "dm-crypt", "dm-snapshot",
-               "dm-thin", "scsi-passthrough", "nvme-passthrough", "below-random")
-# the modes whose filesystem is on the guest's NVMe disk, of this size
-NVME_MODES = ("nvme-passthrough",)
+               "dm-thin", "scsi-passthrough", "nvme-passthrough", "zone-reset",
+               "below-random")
+# the modes whose filesystem is on one of the guest's NVMe namespaces (a
+# plain one, a zoned one), each of this size
+NVME_MODES = ("nvme-passthrough", "zone-reset")
 NVME = "64M"
 MODES += BELOW_MODES
 # The standing hunt: below-random draws a stack of loop, partitions and
@@ -65,8 +67,8 @@ def shape(modes, timeout=900, scratch=SCRATCH):
     (remap's 3000 need 197 MiB), and zram allocates only what is written.
     node1: a CPU-less node that HMAT puts in a lower memory tier
     (lab/vm.py), for the modes that demote, and for compact.  zram: swap
-    for the anonymous modes' pages.  nvme: a blank NVMe disk for the modes
-    whose filesystem is on one."""
+    for the anonymous modes' pages.  nvme: a blank NVMe disk, with a plain
+    and a zoned namespace, for the modes whose filesystem is on one."""
     node1 = "512M" if set(modes) & set(NODE1_MODES) else None
     zram = "256M" if set(modes) & set(SWAP_MODES) else None
     nvme = NVME if set(modes) & set(NVME_MODES) else None

@@ -187,19 +187,28 @@ def qemu_command(image, initrd, shape, console_log, output_log, accel, extra_arg
 
 
 def nvme_args(shape, logdir):
-    """QEMU's NVMe controller with one namespace of shape.nvme, for the
-    passthrough routes of luf-hazards (NVME_IOCTL_IO_CMD): a blank image in
-    the run's @logdir, sparse, removed after the run (run())."""
+    """QEMU's NVMe controller with two namespaces of shape.nvme each, for
+    the passthrough routes of luf-hazards (NVME_IOCTL_IO_CMD, io_uring): 1
+    a plain one, 2 a zoned one (ZNS, NVME_ZONE zones) for zone resets.
+    Their blank images are in the run's @logdir, sparse, removed after the
+    run (run())."""
     if not shape.nvme:
         return []
-    image = Path(logdir) / NVME_IMAGE
-    with open(image, "wb") as f:
-        f.truncate(int(to_mib(shape.nvme)) << 20)
-    return ["-drive", f"file={image},if=none,id=nvme0,format=raw",
-            "-device", "nvme,serial=unflush0,drive=nvme0"]
+    cmd = ["-device", "nvme,serial=unflush0,id=nvme0"]
+    for nsid, (image, zoned) in enumerate(((NVME_IMAGE, ""),
+                                           (NVME_ZONED_IMAGE, NVME_ZONED)), 1):
+        path = Path(logdir) / image
+        with open(path, "wb") as f:
+            f.truncate(int(to_mib(shape.nvme)) << 20)
+        cmd += ["-drive", f"file={path},if=none,id=nvme0n{nsid},format=raw",
+                "-device", f"nvme-ns,drive=nvme0n{nsid},bus=nvme0,nsid={nsid}{zoned}"]
+    return cmd
 
 
+# a zone: 64 KiB, so that a trial's reset and rewrite of one stays small
+NVME_ZONED = ",zoned=true,zoned.zone_size=64K"
 NVME_IMAGE = "nvme.img"
+NVME_ZONED_IMAGE = "nvme-zoned.img"
 
 
 def memory_args(shape):
@@ -408,7 +417,8 @@ def run(kernel, command, shape=None, logdir=None, quiet=False, allow_splats=Fals
         time.sleep(0.2)
     seconds = time.monotonic() - start
     qemu_out = qemu.stdout.read() if qemu.stdout else ""
-    (logdir / NVME_IMAGE).unlink(missing_ok=True)
+    for image in (NVME_IMAGE, NVME_ZONED_IMAGE):
+        (logdir / image).unlink(missing_ok=True)
     console = console_log.read_text(errors="replace")
     output = output_log.read_text(errors="replace").replace("\r\n", "\n")
     (logdir / "qemu.out").write_text(qemu_out)

@@ -75,11 +75,15 @@ def test_numa_node_and_zram_on_the_command_line(tmp_path):
 def test_nvme_disk_only_when_asked_and_no_scsi_debug_disk_at_boot(tmp_path):
     log = str(tmp_path / "c.log")
     plain = vm.qemu_command("bz", "initrd", vm.VMShape(), log, "o.log", "tcg")
-    assert "nvme,serial=unflush0,drive=nvme0" not in plain
+    assert "nvme,serial=unflush0,id=nvme0" not in plain
     assert not (tmp_path / vm.NVME_IMAGE).exists()
     cmd = vm.qemu_command("bz", "initrd", vm.VMShape(nvme="64M"), log, "o.log", "tcg")
-    assert "nvme,serial=unflush0,drive=nvme0" in cmd
-    assert (tmp_path / vm.NVME_IMAGE).stat().st_size == 64 << 20
+    assert "nvme,serial=unflush0,id=nvme0" in cmd
+    namespaces = [a for a in cmd if a.startswith("nvme-ns,")]
+    assert len(namespaces) == 2 and "zoned=true" not in namespaces[0]
+    assert "nsid=2,zoned=true" in namespaces[1]
+    for image in (vm.NVME_IMAGE, vm.NVME_ZONED_IMAGE):
+        assert (tmp_path / image).stat().st_size == 64 << 20
     for c in (plain, cmd):
         append = c[c.index("-append") + 1].split()
         assert {"scsi_debug.add_host=0", "scsi_debug.fake_rw=1"} <= set(append)

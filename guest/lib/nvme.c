@@ -7,14 +7,16 @@
  * CAP_SYS_ADMIN, even on a block device opened read-only.  The generic
  * node also takes them from io_uring (IORING_OP_URING_CMD), which needs
  * a ring of 128-byte entries; liburing is not in the guest, so the ring
- * is set up here with the raw system calls, one ring per command.
+ * is set up here with the raw system calls, one ring per command.  On a
+ * zoned namespace (ZNS), Zone Management Send resets a zone: its blocks
+ * read as zeroes, and it takes writes again from its start only.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <glob.h>
-#include <stddef.h>
 #include <linux/io_uring.h>
 #include <linux/nvme_ioctl.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,24 +31,52 @@
 
 #define NVME_CMD_WRITE		0x01
 #define NVME_CMD_WRITE_ZEROES	0x08
+#define NVME_CMD_ZONE_MGMT_SEND	0x79
+#define NVME_ZONE_RESET		0x04	/* the send's action, cdw13 */
 #define NVME_SECTOR		512
 
-void nvme_find(struct nvme_disk *d)
+/* Whether block device @sysname is zoned: its queue's zoned model. */
+static bool blk_zoned(const char *sysname)
 {
-	char attr[128], sysname[32];
+	char attr[96], model[32] = "";
+	FILE *f;
+
+	snprintf(attr, sizeof(attr), "/sys/class/block/%s/queue/zoned",
+		 sysname);
+	f = fopen(attr, "r");
+	if (!f)
+		return false;
+	if (!fgets(model, sizeof(model), f))
+		model[0] = 0;
+	fclose(f);
+	return strncmp(model, "none", 4) && model[0];
+}
+
+void nvme_find(struct nvme_disk *d, bool zoned)
+{
+	char attr[128], sysname[32], dir[96];
 	unsigned int maj, min;
 	glob_t g;
+	size_t i;
 	FILE *f;
 
 	memset(d, 0, sizeof(*d));
-	if (glob("/sys/class/nvme-generic/ng*n1", 0, NULL, &g) || !g.gl_pathc)
-		die(1, "no NVMe namespace with a generic node (/sys/class/nvme-generic): the guest needs an NVMe disk (the lab's VMShape.nvme) and CONFIG_BLK_DEV_NVME");
-	/* ngXnY is the generic node of nvmeXnY */
-	snprintf(sysname, sizeof(sysname), "nvme%s",
-		 strrchr(g.gl_pathv[0], '/') + 3);
-	snprintf(attr, sizeof(attr), "%s/dev", g.gl_pathv[0]);
+	if (glob("/sys/class/nvme-generic/ng*n*", 0, NULL, &g))
+		g.gl_pathc = 0;
+	for (i = 0; i < g.gl_pathc; i++) {
+		/* ngXnY is the generic node of nvmeXnY */
+		snprintf(sysname, sizeof(sysname), "nvme%s",
+			 strrchr(g.gl_pathv[i], '/') + 3);
+		snprintf(dir, sizeof(dir), "/sys/class/block/%s", sysname);
+		if (!access(dir, F_OK) && blk_zoned(sysname) == zoned)
+			break;
+	}
+	if (i == g.gl_pathc)
+		die(1, "no %sNVMe namespace with a block device and a generic node (/sys/class/nvme-generic): the guest needs the lab's NVMe disk (VMShape.nvme), CONFIG_BLK_DEV_NVME%s",
+		    zoned ? "zoned " : "", zoned ? " and CONFIG_BLK_DEV_ZONED" : "");
+	snprintf(attr, sizeof(attr), "%s/dev", g.gl_pathv[i]);
 	snprintf(d->generic, sizeof(d->generic), "/dev/%s",
-		 strrchr(g.gl_pathv[0], '/') + 1);
+		 strrchr(g.gl_pathv[i], '/') + 1);
 	globfree(&g);
 	blk_node(sysname, d->disk, sizeof(d->disk));
 	f = fopen(attr, "r");
@@ -56,6 +86,35 @@ void nvme_find(struct nvme_disk *d)
 	unlink(d->generic);
 	if (mknod(d->generic, S_IFCHR | 0600, makedev(maj, min)))
 		die(1, "mknod %s: %s", d->generic, strerror(errno));
+	if (zoned) {
+		snprintf(attr, sizeof(attr),
+			 "/sys/class/block/%s/queue/chunk_sectors", sysname);
+		f = fopen(attr, "r");
+		if (!f || fscanf(f, "%llu", &d->zone_bytes) != 1 ||
+		    !d->zone_bytes)
+			die(1, "no zone size in %s", attr);
+		fclose(f);
+		d->zone_bytes *= 512;
+	}
+}
+
+int nvme_zone_reset(int fd, off_t zone)
+{
+	struct nvme_passthru_cmd cmd = {
+		.opcode = NVME_CMD_ZONE_MGMT_SEND,
+		.cdw10 = (uint32_t)(zone / NVME_SECTOR),
+		.cdw11 = (uint32_t)((uint64_t)(zone / NVME_SECTOR) >> 32),
+		.cdw13 = NVME_ZONE_RESET,
+	};
+	int nsid = ioctl(fd, NVME_IOCTL_ID), err;
+
+	if (nsid <= 0)
+		return -1;
+	cmd.nsid = nsid;
+	err = ioctl(fd, NVME_IOCTL_IO_CMD, &cmd);
+	if (err > 0)	/* an NVMe status */
+		errno = EIO;
+	return err ? -1 : 0;
 }
 
 /* one io_uring command on @fd, the generic node: its result, or -errno */

@@ -208,19 +208,22 @@ int scsi_write(int fd, enum scsi_route route, off_t at, const void *buf,
 	       size_t len);
 
 /*
- * NVMe (lib/nvme.c): the nodes of the first NVMe namespace, its block
- * device and its generic character device, found (dying if there is
- * none); nvme_write() writes @len bytes of @buf (or zeroes: Write Zeroes)
+ * NVMe (lib/nvme.c): the nodes of the first NVMe namespace that is
+ * @zoned (ZNS) or not, its block device and its generic character device,
+ * found with its zone size (dying if there is none); nvme_write() writes @len bytes of @buf (or zeroes: Write Zeroes)
  * at byte @at (both whole sectors) on @fd, by @route: NVME_IOCTL_IO_CMD
  * on either node, or io_uring's IORING_OP_URING_CMD on the generic node:
- * -1 with errno set on an error (EIO for an NVMe status).
+ * -1 with errno set on an error (EIO for an NVMe status);
+ * nvme_zone_reset() resets the zone that starts at byte @zone, so.
  */
 struct nvme_disk {
 	char disk[64], generic[64];
+	unsigned long long zone_bytes;	/* zoned */
 };
 enum nvme_route { NVME_WRITE_IOCTL, NVME_WRITE_ZEROES_IOCTL,
 		  NVME_WRITE_URING };
-void nvme_find(struct nvme_disk *d);
+void nvme_find(struct nvme_disk *d, bool zoned);
+int nvme_zone_reset(int fd, off_t zone);
 int nvme_write(int fd, enum nvme_route route, off_t at, const void *buf,
 	       size_t len);
 

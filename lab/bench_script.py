@@ -13,23 +13,21 @@ suite.result_key()) and each non-zero exit status into its failures, with
 the program's last lines as the message.
 """
 
-import json
-
-from lab import suite
+from lab import guest_output, suite
 
 
 def bracket(exp_id, config, command):
     """The script's lines that run @command as @exp_id in @config."""
-    return [f"echo UNFLUSH-BEGIN {exp_id} {config}",
+    return [f"echo {guest_output.BEGIN} {exp_id} {config}",
             f"{command} 2>&1",
-            f"echo UNFLUSH-END {exp_id} {config} $?"]
+            f"echo {guest_output.END} {exp_id} {config} $?"]
 
 
 def _aside(line):
     """A line that cannot say why a program failed: the profiler's window
     marks, and the notes of guest/lib/snapshot.c about counters this kernel
     lacks (which a host run prints for every experiment)."""
-    return line.startswith("UNFLUSH-") or ": note: " in line
+    return line.startswith(guest_output.PREFIX) or ": note: " in line
 
 
 def parse_output(text, experiments, results, failures, context):
@@ -38,18 +36,18 @@ def parse_output(text, experiments, results, failures, context):
     by_id = {e.id: e for e in experiments}
     current, messages = None, []
     for line in text.splitlines():
-        if line.startswith("UNFLUSH-BEGIN "):
+        if line.startswith(guest_output.BEGIN + " "):
             _, exp_id, config = line.split()
             current, messages = (by_id[exp_id], config), []
-        elif line.startswith("UNFLUSH-END "):
+        elif line.startswith(guest_output.END + " "):
             _, exp_id, config, status = line.split()
             if status != "0":
                 failures.append(dict(context, experiment=exp_id, configuration=config,
                                      exit=int(status),
                                      message=" | ".join(messages[-3:]) or "(no output)"))
             current = None
-        elif line.startswith("UNFLUSH-RESULT ") and current:
-            record = json.loads(line[len("UNFLUSH-RESULT "):])
+        elif current and (t := guest_output.tagged(line, (guest_output.RESULT,))):
+            record = t[1]
             exp, config = current
             rep = dict(record, round=context["round"])
             key = suite.result_key(exp, record)

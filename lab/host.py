@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab import bench_script, datadisk, paths, suite, tree
+from lab import bench_script, datadisk, guest_output, paths, suite, tree
 from lab.errors import LabError
 from lab.progress import say
 
@@ -412,7 +412,7 @@ def run(experiments, reps, quick, llama=None):
                     text = run_script(script(exp, name, quick, data, perf, perf_out,
                                              llama), env)
                     sys.stderr.write("".join(ln + "\n" for ln in text.splitlines()
-                                             if not ln.startswith("UNFLUSH-")))
+                                             if not ln.startswith(guest_output.PREFIX)))
                     counts = parse_perf(_read(perf_out) or "") if perf else None
                     fold(text, exp, rnd, counts, results, failures)
     box = machine()

@@ -19,7 +19,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from lab import build, paths
+from lab import build, guest_output, paths
 from lab.errors import LabError
 
 SOURCE = Path(__file__).parent / "plugin" / "insnprof.c"
@@ -195,16 +195,15 @@ def annotate(output, folder, vcpu=0, insns=True):
     except LabError as e:
         return output, str(e)
     lines = output.splitlines()
-    ids = [ln.split()[1] for ln in lines
-           if ln.startswith("UNFLUSH-WINDOW ") and len(ln.split()) == 2]
+    ids = guest_output.windows(output)
     if len(ids) != len(files):
         return output, (f"{len(files)} instruction windows for {len(ids)} phases that "
                         "opened one: not paired, no window counters")
     window_of = dict(zip(ids, files, strict=True))
     for i, line in enumerate(lines):
-        if not line.startswith("UNFLUSH-RESULT "):
+        if not (t := guest_output.tagged(line, (guest_output.RESULT,))):
             continue
-        record = json.loads(line[len("UNFLUSH-RESULT "):])
+        record = t[1]
         path = window_of.get(record.get("window"))
         if path is None:
             continue
@@ -214,7 +213,7 @@ def annotate(output, folder, vcpu=0, insns=True):
             counters.update(kind_counters(kinds))
         if insns:
             add_insns(counters, path, record.get("ops"), vcpu)
-        lines[i] = "UNFLUSH-RESULT " + json.dumps(record, separators=(",", ":"))
+        lines[i] = guest_output.RESULT + " " + json.dumps(record, separators=(",", ":"))
     return "\n".join(lines) + "\n", None
 
 

@@ -20,9 +20,10 @@ Three kinds of output, all plain text on the guest's output port:
     <value>`.
 """
 
-import json
 import re
 from dataclasses import dataclass, field
+
+from lab.guest_output import KTAP_EXIT, RESULT, VIOLATION, ktap_result, records, tagged
 
 CATEGORY_BEGIN = re.compile(r"^SAFETY-CATEGORY-BEGIN (\S+) (\d+)$")
 CATEGORY_END = re.compile(r"^SAFETY-CATEGORY-END (\S+) (\d+) (\d+)$")
@@ -35,8 +36,6 @@ TOP_RESULT = re.compile(r"^(ok|not ok) (\d+) (.*?)(?: # (SKIP|exit=(\d+)))?$")
 # prints it whatever categories were asked for: keep it in its own only.
 TOP_SKIP = re.compile(r"^# SKIP (\S+)$")
 TOP_SKIP_CATEGORY = {"on-fault-limit": "mlock"}
-SUB_RESULT = re.compile(r"^(ok|not ok) (\d+)\b ?(.*)$")
-DIRECTIVE = re.compile(r"^(.*?)\s*#\s*(SKIP|XFAIL|XPASS|TODO|error)\b:?\s*(.*)$", re.I)
 PLAN_SKIP = re.compile(r"^1\.\.0 # SKIP\s*(.*)$")
 RUN_LINE = re.compile(r"^#\s+(?:\[RUN\]\s*|RUN\s+)(.*?)(?:\s*\.\.\.)?$")
 
@@ -163,27 +162,6 @@ def _finish(block, status, why):
                   else _last_words(block["lines"]))
         test.reason = "; ".join(x for x in (why, detail) if x)
     return test
-
-
-def ktap_result(line):
-    """One KTAP result line, "ok 3 name # SKIP why": (number, name, status,
-    reason), status pass, fail or skip (XFAIL, XPASS and TODO pass); None
-    for any other line.  The one reader of KTAP results, for the kernel's
-    selftests and the lab's own programs (guest/lib/ktap.h) alike."""
-    m = SUB_RESULT.match(line)
-    if not m:
-        return None
-    rest = m.group(3)
-    d = DIRECTIVE.match(rest)
-    desc, directive, text = (d.group(1), d.group(2).upper(), d.group(3)) if d \
-        else (rest.split(" # ")[0], "", rest.partition(" # ")[2].strip())
-    if directive == "SKIP":
-        status = "skip"
-    elif directive in ("XFAIL", "XPASS", "TODO"):
-        status = "pass"
-    else:
-        status = "pass" if m.group(1) == "ok" and directive != "ERROR" else "fail"
-    return int(m.group(2)), desc.strip(), status, text.strip()
 
 
 def _subtests(parent, lines):
@@ -401,22 +379,6 @@ def parse_counters(output):
 
 # --- luf-hazards --------------------------------------------------------------
 
-# the exit status kselftest gives each KTAP result (KSFT_PASS, _FAIL, _SKIP)
-KTAP_EXIT = {"pass": 0, "fail": 1, "skip": 4}
-
-
-def tagged_record(line, tags):
-    """(tag, record, its JSON text) of a guest line `TAG {json}` whose tag is
-    one of @tags, or None (another line, or JSON cut short)."""
-    tag, _, rest = line.partition(" ")
-    if tag not in tags:
-        return None
-    try:
-        return tag, json.loads(rest), rest
-    except ValueError:
-        return None
-
-
 def parse_trials(output, program, modes):
     """Per mode of a guest program that runs trials against a reader
     (guest/luf-hazards): trials run, violations seen, exit status, the
@@ -432,12 +394,12 @@ def parse_trials(output, program, modes):
     out = {m: {"trials": 0, "violations": 0, "exit": -1, "message": "", "first": ""}
            for m in modes}
     for line in output.splitlines():
-        if tagged := tagged_record(line, ("UNFLUSH-RESULT", "UNFLUSH-VIOLATION")):
-            tag, rec, rest = tagged
+        if t := tagged(line, (RESULT, VIOLATION)):
+            tag, rec, rest = t
             mode = rec.get("experiment", "").removeprefix(program + "/")
             if mode not in out:
                 continue
-            if tag == "UNFLUSH-RESULT":
+            if tag == RESULT:
                 out[mode]["trials"] += rec.get("trials", 0)
                 for key in ("luf_folios", "refused_trials"):
                     if key in rec.get("checks", {}):
@@ -459,11 +421,9 @@ def parse_hunt(output, experiment):
     """The hunt's runs of @experiment (luf-hazards/below-random), one a
     seed: what each drew and did, from its UNFLUSH-RESULT line."""
     runs = []
-    for line in output.splitlines():
-        tagged = tagged_record(line, ("UNFLUSH-RESULT",))
-        if not tagged or tagged[1].get("experiment") != experiment:
+    for rec in records(output, RESULT):
+        if rec.get("experiment") != experiment:
             continue
-        rec = tagged[1]
         checks, counters = rec.get("checks", {}), rec.get("counters", {})
         runs.append({"seed": rec.get("seed"), "stack": rec.get("stack"),
                      "trials": rec.get("trials", 0),

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab import build, initramfs, paths
+from lab import build, guest_output, initramfs, paths
 from lab.errors import LabError
 from lab.progress import Progress
 
@@ -36,8 +36,6 @@ SPLAT = re.compile(
     r"inconsistent lock state|suspicious RCU usage|INFO: task .* blocked|"
     r"rcu: INFO: |soft lockup|hard LOCKUP|page_table_check|Bad page state|"
     r"unflush: stale)")
-EXIT = re.compile(r"^UNFLUSH-EXIT (\d+)\s*$", re.M)
-SETUP_FAILED = re.compile(r"^UNFLUSH-SETUP-FAILED (.*)$", re.M)
 SIZE = re.compile(r"^\d+[KMG]$")
 QEMU = os.environ.get("UNFLUSH_QEMU", "qemu-system-x86_64")
 QEMU_ARM64 = os.environ.get("UNFLUSH_QEMU_ARM64", "qemu-system-aarch64")
@@ -94,12 +92,8 @@ class RunResult:
     splats: list = field(default_factory=list)
 
     def records(self, tag):
-        """Parse the `TAG {json}` lines the guest programs print."""
-        out = []
-        for line in self.output.splitlines():
-            if line.startswith(tag + " "):
-                out.append(json.loads(line[len(tag) + 1:]))
-        return out
+        """The `TAG {json}` records the guest programs printed."""
+        return guest_output.records(self.output, tag)
 
 
 def to_mib(size):
@@ -428,10 +422,10 @@ def run(kernel, command, shape=None, logdir=None, quiet=False, allow_splats=Fals
         raise LabError(f"guest {kernel.variant} timed out after {shape.timeout:.0f} s "
                        f"and was killed; last console line: "
                        f"{_last_line(console_log)!r} {where}")
-    setup = SETUP_FAILED.search(output)
+    setup = guest_output.SETUP_FAILED.search(output)
     if setup:
         raise LabError(f"guest {kernel.variant} set-up failed: {setup.group(1)} {where}")
-    status = EXIT.search(output)
+    status = guest_output.EXIT.search(output)
     if status is None:
         why = next((s for s in splats if "panic" in s or "Oops" in s),
                    splats[0] if splats else None)
@@ -446,13 +440,13 @@ def run(kernel, command, shape=None, logdir=None, quiet=False, allow_splats=Fals
                        f"{splats[0]!r} {where}")
     if prog:
         prog.done(f"exit {status.group(1)} ({how})")
-    output = EXIT.sub("", output).rstrip("\n") + "\n" if output.strip() else ""
+    output = guest_output.EXIT.sub("", output).rstrip("\n") + "\n" if output.strip() else ""
     return RunResult(int(status.group(1)), output, console, seconds, logdir, accel,
                      splats)
 
 
 # machine-read lines that say nothing to a person watching the progress
-PROGRESS_SKIP = ("UNFLUSH-WINDOW ", "UNFLUSH-RESULT ")
+PROGRESS_SKIP = (guest_output.WINDOW + " ", guest_output.RESULT + " ")
 
 
 def _last_line(path, skip=()):

@@ -13,10 +13,10 @@ ktap_exits() reads each test's exit status from its result line, and
 runs() each run's where one boot runs a program more than once.
 """
 
-import json
 import re
 
-from lab import build, luf_hazards, safety_build, safety_parse, vm
+from lab import build, guest_output, luf_hazards, safety_build, safety_parse, vm
+from lab.guest_output import records
 from lab.errors import LabError
 
 
@@ -146,8 +146,8 @@ def ktap_exits(output):
     guest died) is absent."""
     out = {}
     for ln in output.splitlines():
-        if r := safety_parse.ktap_result(ln):
-            out[r[1]] = safety_parse.KTAP_EXIT[r[2]]
+        if r := guest_output.ktap_result(ln):
+            out[r[1]] = guest_output.KTAP_EXIT[r[2]]
     return out
 
 
@@ -178,11 +178,6 @@ def runs(output, program):
                       "errors": [ln for ln in text.splitlines()
                                  if ln.startswith(program + ": ")]}
     return out
-
-
-def records(output, tag):
-    return [json.loads(ln.split(" ", 1)[1]) for ln in output.splitlines()
-            if ln.startswith(tag + " ")]
 
 
 def violations(output):

@@ -1,6 +1,6 @@
 """guest/lib/ktap.c, the KTAP lines of the guest programs that pass or
 fail, built on the host with a small driver and read back by the lab's one
-KTAP reader (lab/safety_parse.py); and the exit statuses the VM tests read
+KTAP reader (lab/guest_output.py); and the exit statuses the VM tests read
 from them (tests/stale_reads.py)."""
 
 import shutil
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from lab import paths, safety_parse
+from lab import guest_output, paths
 from stale_reads import exits, ktap_exits, runs
 
 DRIVER = r"""
@@ -72,9 +72,9 @@ def test_each_verdict_is_one_ktap_line_and_its_exit_status(demo, how, status,
     assert proc.returncode == exit_code, proc.stdout
     lines = proc.stdout.splitlines()
     assert lines[:2] == ["TAP version 13", "1..1"], lines
-    results = [r for r in map(safety_parse.ktap_result, lines[2:]) if r]
+    results = [r for r in map(guest_output.ktap_result, lines[2:]) if r]
     assert results == [(1, f"demo/{how}", status, reason)], lines
-    assert safety_parse.KTAP_EXIT[status] == exit_code
+    assert guest_output.KTAP_EXIT[status] == exit_code
 
 
 def test_exit_statuses_by_labelled_run():

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from lab import build, vm
-from lab.safety_parse import SUB_RESULT
+from lab.guest_output import KTAP_RESULT
 
 pytestmark = pytest.mark.vm
 
@@ -28,7 +28,7 @@ def ktap_results(log):
     the TAP result pattern the selftests' parser uses."""
     found = {}
     for line in log.splitlines():
-        m = SUB_RESULT.match(LOG_PREFIX.sub("", line, count=1))
+        m = KTAP_RESULT.match(LOG_PREFIX.sub("", line, count=1))
         if m:
             found[m.group(3)] = m.group(1)
     return found

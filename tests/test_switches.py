@@ -6,11 +6,10 @@ else: guest/batching-check.c checks every page it reads back against the
 data it wrote, and the digest of all it read must be the same either way.
 """
 
-import json
 
 import pytest
 
-from lab import build, vm
+from lab import build, guest_output, vm
 
 pytestmark = pytest.mark.vm
 
@@ -51,8 +50,8 @@ def parse(output):
             _, mode, value, seen = line.split()
             assert value == seen, f"{mode}: wrote {value}, switch reads {seen}"
             current = (mode, int(value))
-        elif line.startswith("UNFLUSH-RESULT ") and current:
-            runs[current] = json.loads(line.split(" ", 1)[1])
+        elif current and (t := guest_output.tagged(line, (guest_output.RESULT,))):
+            runs[current] = t[1]
     return runs
 
 

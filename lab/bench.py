@@ -153,7 +153,8 @@ def for_arm64(experiments, kernels, chosen):
     @chosen by name."""
     if not any(build.arch(k.strip()) == "arm64" for k in kernels.split(",")):
         return experiments
-    refused = [(e, suite.arm64_refusal(e)) for e in experiments if suite.arm64_refusal(e)]
+    refused = [(e, suite.refusal(e, "arm64")) for e in experiments
+               if suite.refusal(e, "arm64")]
     if refused and chosen:
         e, why = refused[0]
         raise LabError(f"{e.id} does not run on arm64: {why}; leave it out (-e) or "
@@ -161,7 +162,7 @@ def for_arm64(experiments, kernels, chosen):
     for why in sorted({w for _, w in refused}):
         ids = [e.id for e, w in refused if w == why]
         say(f"bench: left out on arm64 ({why}): {', '.join(ids)}")
-    return [e for e in experiments if not suite.arm64_refusal(e)]
+    return [e for e in experiments if not suite.refusal(e, "arm64")]
 
 
 def run_vms(args, experiments, reps):

@@ -19,7 +19,7 @@ Twelve variants, from config fragments in config/:
   vanilla-arm64  build/arm64-vanilla  arm64, cross-compiled: tinyconfig +
   patched-arm64  build/arm64-patched  lab.config + arm64.config (+ series.config);
                                 booted on QEMU's `virt` machine (lab/vm.py,
-                                ARCHES)
+                                lab/arches.py)
   debug-arm64    build/arm64-patched  debug's fragments, arm64.config second
   vanilla-debug-arm64                 vanilla-debug's fragments, arm64.config
                  build/arm64-vanilla  second
@@ -48,7 +48,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab import paths, tree
+from lab import arches, paths, tree
 from lab.errors import LabError
 from lab.progress import Progress, say
 
@@ -71,16 +71,9 @@ VARIANTS = {
     "broken-arm64": ("broken", ["lab.config", "arm64.config", "series.config"]),
 }
 
-# Variants of another architecture than the host's x86-64, and how each is
-# cross-built: make's variables, the compiler, the Debian package that has
-# it, the image make builds and boots (relative to the build directory).
+# Variants of another architecture than the host's x86-64 (how each is
+# cross-built: lab/arches.py)
 ARCH_OF = {v: "arm64" for v in VARIANTS if v.endswith("-arm64")}
-ARCHES = {
-    "arm64": (("ARCH=arm64", "CROSS_COMPILE=aarch64-linux-gnu-"),
-              "aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu",
-              "arch/arm64/boot/Image"),
-}
-HOST_ARCH = "x86-64"
 
 CONFIG_LINE = re.compile(r"^(CONFIG_\w+)=(.*)$|^# (CONFIG_\w+) is not set$")
 BUILD_STEP = re.compile(r"^\s+(CC|AS|LD|AR|GEN|HOSTCC|OBJCOPY|VDSO\S*)\s+(\S+)")
@@ -92,7 +85,7 @@ class Kernel:
     image: Path
     release: str
     objdir: Path
-    arch: str = HOST_ARCH
+    arch: str = arches.HOST
 
 
 # The fragments that belong to the series rather than to how a kernel is built.
@@ -118,27 +111,25 @@ def check_variant(variant):
 
 
 def arch(variant):
-    """The architecture `variant` is built for: x86-64 or a key of ARCHES."""
-    return ARCH_OF.get(variant, HOST_ARCH)
+    """The architecture `variant` is built for: a key of arches.ARCHES."""
+    return ARCH_OF.get(variant, arches.HOST)
 
 
 def cross_tools(variant):
     """(make's variables, compiler) for `variant`; a missing cross compiler
     is said before anything is configured."""
-    if arch(variant) == HOST_ARCH:
-        return (), "gcc"
-    make_args, compiler, package, _ = ARCHES[arch(variant)]
-    if not shutil.which(compiler):
-        raise LabError(f"the {variant} kernel needs {compiler}: run `make setup` "
-                       f"(or `apt-get install {package}`)", exit_code=2)
-    return make_args, compiler
+    a = arches.ARCHES[arch(variant)]
+    if not a.cross:
+        return (), a.compiler
+    if not shutil.which(a.compiler):
+        raise LabError(f"the {variant} kernel needs {a.compiler}: run `make setup` "
+                       f"(or `apt-get install {a.package}`)", exit_code=2)
+    return a.make_args, a.compiler
 
 
 def image_path(variant, out):
     """Where the bootable image of `variant` is in its build directory `out`."""
-    if arch(variant) == HOST_ARCH:
-        return out / "arch" / "x86" / "boot" / "bzImage"
-    return out / ARCHES[arch(variant)][3]
+    return out / arches.ARCHES[arch(variant)].image
 
 
 def source_tree(variant):
@@ -183,7 +174,7 @@ def _make(src, out, *targets, log=None, extra_env=None):
 
 
 def configure(variant):
-    if arch(variant) == HOST_ARCH:
+    if arch(variant) == arches.HOST:
         configure_dir(source_tree(variant), objdir(variant), fragments(variant))
         return
     make_args, _ = cross_tools(variant)
@@ -271,15 +262,15 @@ def build(variant, jobs=None):
 
 
 def _build(variant, jobs):
-    if arch(variant) != HOST_ARCH:
+    if arch(variant) != arches.HOST:
         cross_tools(variant)
     ensure_source(variant)
     configure(variant)
-    if arch(variant) == HOST_ARCH:
+    if arch(variant) == arches.HOST:
         kernel = compile_dir(source_tree(variant), objdir(variant), variant, jobs)
     else:
         make_args, compiler = cross_tools(variant)
-        target = ARCHES[arch(variant)][3]
+        target = arches.ARCHES[arch(variant)].image
         kernel = compile_dir(source_tree(variant), objdir(variant), variant, jobs,
                              target=Path(target).name, make_args=make_args,
                              compiler=compiler)

@@ -18,13 +18,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from lab import deps, paths
+from lab import arches, deps, paths
 from lab.errors import LabError
 
 BUSYBOX = Path("/bin/busybox")
-# a guest of another architecture: the guest Makefile's variables for its
-# cross build, and the suffix of its programs' and archive's folders
-CROSS = {"arm64": (("CC=aarch64-linux-gnu-gcc",), "-arm64")}
 
 
 def _busybox(arch):
@@ -32,7 +29,7 @@ def _busybox(arch):
 
 
 def _suffix(arch):
-    return "" if arch is None else CROSS[arch][1]
+    return arches.ARCHES[arch or arches.HOST].suffix
 
 
 def _newc_entry(name, data=b"", mode=0o100644, ino=1):
@@ -61,11 +58,11 @@ def cpio(entries):
 
 def guest_programs(arch=None):
     """Build guest/ with its Makefile; return the built binaries.  `arch`:
-    None for the host's, or a key of CROSS for a cross build."""
+    None for the host's, or a key of arches.ARCHES for a cross build."""
     out = paths.work_dir() / f"guest{_suffix(arch)}"
     if not (paths.GUEST_SRC / "Makefile").exists():
         return []
-    make_args = [] if arch is None else list(CROSS[arch][0])
+    make_args = list(arches.ARCHES[arch or arches.HOST].guest_make_args)
     proc = subprocess.run(["make", "-s", "-C", str(paths.GUEST_SRC), f"O={out}",
                            *make_args], capture_output=True, text=True)
     if proc.returncode != 0:

@@ -33,7 +33,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from lab import datadisk, paths
+from lab import arches, datadisk, paths
 from lab.build import build_lock
 from lab.errors import LabError
 from lab.progress import Progress
@@ -55,18 +55,6 @@ CMAKE_OPTIONS = [
     # one target is built
     "-DLLAMA_BUILD_COMMON=ON", "-DLLAMA_BUILD_EXAMPLES=ON",
 ]
-# By the guest's architecture (lab/build.py's names): the compilers, and
-# for x86-64 a generic CPU (SSE4.2); for arm64 a cross build for ARMv8-A
-ARCH_OPTIONS = {
-    "x86-64": (("g++",), [
-        "-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF", "-DGGML_F16C=OFF",
-        "-DGGML_BMI2=OFF", "-DGGML_AVX512=OFF"]),
-    "arm64": (("aarch64-linux-gnu-gcc", "aarch64-linux-gnu-g++"), [
-        "-DCMAKE_SYSTEM_NAME=Linux", "-DCMAKE_SYSTEM_PROCESSOR=aarch64",
-        "-DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc",
-        "-DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++",
-        "-DGGML_CPU_ARM_ARCH=armv8-a"]),
-}
 
 MODELS = 3
 # (embedding, feed-forward, layers): f32 weights, so each token reads every
@@ -110,7 +98,8 @@ def build(arch="x86-64"):
 
 
 def _build(arch, dest):
-    compilers, arch_options = ARCH_OPTIONS[arch]
+    compilers = arches.ARCHES[arch].llama_compilers
+    arch_options = list(arches.ARCHES[arch].llama_options)
     for tool in ("cmake", *compilers):
         if not shutil.which(tool):
             raise LabError(f"{tool} is missing: run `make setup`")
@@ -242,8 +231,8 @@ def data_disk(quick, arch="x86-64"):
 
 if __name__ == "__main__":
     # `python3 -m lab.llama [ARCH]`: only the build, for `make test`
-    if sys.argv[2:] or sys.argv[1:2] and sys.argv[1] not in ARCH_OPTIONS:
-        print(f"usage: python3 -m lab.llama [{'|'.join(ARCH_OPTIONS)}]", file=sys.stderr)
+    if sys.argv[2:] or sys.argv[1:2] and sys.argv[1] not in arches.ARCHES:
+        print(f"usage: python3 -m lab.llama [{'|'.join(arches.ARCHES)}]", file=sys.stderr)
         sys.exit(2)
     try:
         build(*sys.argv[1:2])

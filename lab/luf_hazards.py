@@ -13,7 +13,7 @@ the file modes.
 
 import time
 
-from lab import vm
+from lab import arches, vm
 
 MODES = ("bdev", "bdev-closed", "reuse", "demote", "anon-write", "anon-force",
          "anon-reuse", "anon-move", "swap-below", "anon-demote", "compact")
@@ -50,12 +50,6 @@ NODE1_MODES = ("demote", "anon-demote", "compact")
 # modes whose pages are anonymous and go to swap
 SWAP_MODES = ("anon-write", "anon-force", "anon-reuse", "anon-move",
               "swap-below", "anon-demote")
-# modes an arm64 guest cannot run, and why
-NOT_ON_ARM64 = {
-    # its pages are exclusive; only clearing their soft-dirty bits makes the
-    # swap-in map them read-only, and arm64 has no soft-dirty bit
-    "anon-move": "needs CONFIG_MEM_SOFT_DIRTY, which arm64 does not have",
-}
 # /scratch for runs of a few hundred trials a mode
 SCRATCH = "128M"
 
@@ -78,7 +72,8 @@ def shape(modes, timeout=900, scratch=SCRATCH):
 
 def arm64_groups():
     """groups() less the modes an arm64 guest cannot run."""
-    out = [tuple(m for m in g if m not in NOT_ON_ARM64) for g in groups()]
+    refused = arches.ARCHES["arm64"].refused_luf_modes
+    out = [tuple(m for m in g if m not in refused) for g in groups()]
     return [g for g in out if g]
 
 

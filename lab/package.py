@@ -31,7 +31,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from lab import build, host, paths, tree, vm
+from lab import arches, build, host, paths, tree, vm
 from lab.errors import LabError
 from lab.progress import say
 
@@ -267,7 +267,7 @@ def boot(deb, workdir, arch="amd64"):
     release = image.name.removeprefix("vmlinuz-")
     shutil.copy(root / "boot" / f"config-{release}", objdir / ".config")
     kernel = build.Kernel(f"package {release}", image, release, objdir,
-                          build.HOST_ARCH if arch == "amd64" else arch)
+                          arches.by_debian(arch).name)
     icount = vm.built_option(kernel, "CONFIG_JUMP_LABEL") == "y"
     shape = vm.VMShape(cpus=2, mem="1G", timeout=600, icount=icount)
     start = time.monotonic()
@@ -284,10 +284,6 @@ def boot(deb, workdir, arch="amd64"):
             "output": result.output}
 
 
-# The switches a series kernel has: 6.12 has no HVO on arm64, so no
-# hvo_flush there.
-ARCH_SWITCHES = {"amd64": host.SWITCHES,
-                 "arm64": tuple(s for s in host.SWITCHES if s != "hvo_flush")}
 
 
 def check_boot(seen, arch="amd64"):
@@ -297,7 +293,9 @@ def check_boot(seen, arch="amd64"):
         wrong.append(f"the guest exited {seen['exit_code']}")
     if seen["uname"] != seen["release"]:
         wrong.append(f"it ran as {seen['uname']!r}, not {seen['release']}")
-    missing = [s for s in ARCH_SWITCHES[arch] if s not in seen["switches"]]
+    # the switches a series kernel of @arch (Debian's name) has
+    switches = [s for s in host.SWITCHES if s not in arches.by_debian(arch).missing_switches]
+    missing = [s for s in switches if s not in seen["switches"]]
     if missing:
         wrong.append(f"no switch {', '.join(missing)} in /sys/kernel/mm/tlb_batching")
     if "nr_tlb_luf_folios" not in seen["counters"]:

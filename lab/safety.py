@@ -41,7 +41,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from lab import build, luf_hazards, paths, safety_build, vm
+from lab import arches, build, luf_hazards, paths, safety_build, vm
 from lab import safety_parse as parse
 from lab.errors import LabError
 from lab.progress import say
@@ -53,10 +53,6 @@ KERNELS = ("vanilla", "patched", "debug", "vanilla-debug", "vanilla-distro",
 SLOWDOWN = {"vanilla": 1, "patched": 1, "broken": 1, "debug": 4, "vanilla-debug": 4,
             "vanilla-distro": 2, "patched-distro": 2, "vanilla-arm64": 3,
             "patched-arm64": 3}
-# The arm64 guest runs the selftests part only: its selftests are static
-# (safety_build.build_static()), and no static stress-ng exists; its
-# luf-hazards runs are tests/test_arm64_luf.py's.
-ARM64_PARTS = ("selftests",)
 # Each kernel is compared with the unpatched kernel built the same way: under
 # KASAN and lockdep a selftest can time out, or lose a race it wins at full
 # speed, whatever the series does.  The baselines are compared with nothing.
@@ -556,9 +552,8 @@ def _read(path):
 
 def parts_on(variant, parts):
     """The parts of @parts that run on @variant's architecture."""
-    if build.arch(variant) == build.HOST_ARCH:
-        return parts
-    return tuple(p for p in parts if p in ARM64_PARTS)
+    runs = arches.ARCHES[build.arch(variant)].safety_parts
+    return parts if runs is None else tuple(p for p in parts if p in runs)
 
 
 def run_kernel(variant, soak, layer, outdir, parts=PARTS, categories=None):
@@ -682,7 +677,7 @@ def _present(vmstat):
 
 def summarize(kr, baseline=None):
     """One kernel's entry of summary.json."""
-    host = build.arch(kr.variant) == build.HOST_ARCH
+    host = build.arch(kr.variant) == arches.HOST
     not_run = ("not run: not one of the parts asked for" if host
                else "not run on arm64: tests/test_arm64_luf.py runs it")
     flat = parse.flatten(kr.tests)
@@ -908,7 +903,7 @@ def run(kernels=("vanilla", "patched"), soak=False, parts=PARTS, reference="whol
     # the selftests, and what runs them, for each architecture asked for
     layers, build_failures = {}, {}
     for arch in sorted({build.arch(v) for v in kernels}):
-        if arch == build.HOST_ARCH:
+        if arch == arches.HOST:
             mm, build_failures[arch] = safety_build.build_selftests()
             layers[arch] = safety_build.layer(mm)
         else:

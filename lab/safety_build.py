@@ -23,7 +23,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from lab import build, deps, initramfs, paths, tree
+from lab import arches, deps, initramfs, paths, tree
 from lab.errors import LabError
 from lab.progress import Progress
 
@@ -193,7 +193,7 @@ STATIC_DIR = "static"           # under out_dir(): <arch>/khdr, <arch>/mm
 
 def build_static(arch, name=None):
     """Build the mm selftests of build/patched as static programs for @arch
-    (a key of build.ARCHES, or build.HOST_ARCH), all of them (returns the
+    (a key of arches.ARCHES), all of them (returns the
     directory and the build failures, as build_selftests()) or only @name
     (returns its path).  A guest with no C library runs them as they are,
     where build_selftests()'s need layer()'s Debian userland: arm64's has
@@ -201,7 +201,7 @@ def build_static(arch, name=None):
     thp_settings.c, the uapi headers of @arch), against the arm64 static
     libraries `make setup` unpacks (deps.ARM64_PACKAGES)."""
     src = _patched_selftests()
-    cross = arch != build.HOST_ARCH
+    cross = arches.ARCHES[arch].cross
     if cross and deps.missing_arm64_packages():
         raise LabError(f"{', '.join(deps.missing_arm64_packages())} not unpacked: "
                        f"run `make setup`")
@@ -209,7 +209,7 @@ def build_static(arch, name=None):
     if cross:
         flags += f" -I{deps.arm64_root()}/usr/include -L{deps.arm64_libdir()}"
     return _make_selftests(src, out_dir() / STATIC_DIR / arch,
-                           list(build.ARCHES[arch][0]) if cross else [], flags,
+                           list(arches.ARCHES[arch].make_args), flags,
                            f"safety: mm selftests, static, {arch}", name)
 
 

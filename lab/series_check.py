@@ -50,7 +50,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from lab import build, cover_letter, paths, series_configs, tree
+from lab import arches, build, cover_letter, paths, series_configs, tree
 from lab.errors import LabError
 from lab.progress import say
 
@@ -258,17 +258,17 @@ def commits(src):
     return [tuple(line.split(" ", 1)) for line in log]
 
 
-def build_each(src, jobs=None, first=1, arch=build.HOST_ARCH):
+def build_each(src, jobs=None, first=1, arch=arches.HOST):
     """Build every commit of `src` from the `first`-th on with the series
     options on and off, for `arch`; stop at the first failure with the
     patch's subject in the message."""
     wt = worktree()
     base = [paths.CONFIG / "lab.config"]
     make_args, compiler, target, suffix = (), "gcc", "bzImage", ""
-    if arch != build.HOST_ARCH:
+    if arch != arches.HOST:
         make_args, compiler = build.cross_tools(f"patched-{arch}")
         base.append(paths.CONFIG / f"{arch}.config")
-        target, suffix = Path(build.ARCHES[arch][3]).name, f"-{arch}"
+        target, suffix = Path(arches.ARCHES[arch].image).name, f"-{arch}"
     off = off_fragment(wt / f".o-off{suffix}")
     results = []
     for i, (sha, subject) in enumerate(commits(src), 1):
@@ -302,11 +302,11 @@ def run(builds=False, jobs=None, first=None, configs=None, arch=None):
     if arch is not None and not builds:
         raise LabError("check-series --arch chooses what the builds are for: "
                        "give it with --builds", exit_code=2)
-    arch = arch or build.HOST_ARCH
-    if arch != build.HOST_ARCH:
-        if arch not in build.ARCHES:
+    arch = arch or arches.HOST
+    if arch != arches.HOST:
+        if arch not in arches.ARCHES:
             raise LabError(f"check-series --arch {arch}: choose from "
-                           f"{', '.join((build.HOST_ARCH, *build.ARCHES))}", exit_code=2)
+                           f"{', '.join(arches.ARCHES)}", exit_code=2)
         build.cross_tools(f"patched-{arch}")
     # bad names and missing compilers before the rest
     names = None if configs is None else series_configs.select_buildable(configs)

@@ -7,7 +7,7 @@ matrix-base.config (the stack frame warning of a 64-bit configuration),
 then that file, then olddefconfig.  Only the file's own options are checked
 afterwards: they are what the configuration is about (and another
 architecture drops lab.config's x86 options, rightly).  A line "# arch: NAME" in the file
-builds it for another architecture with a cross compiler (ARCHES).
+builds it for another architecture with a cross compiler (lab/arches.py).
 
 Each is `make vmlinux` of build/patched, the tree of the whole series, in
 build/patched/.o-config-NAME: one level below the source like the lab's
@@ -22,7 +22,7 @@ import re
 import shutil
 import time
 
-from lab import build, paths, tree
+from lab import arches, build, paths, tree
 from lab.errors import LabError
 from lab.progress import say
 
@@ -30,11 +30,6 @@ MATRIX = paths.CONFIG / "matrix"
 BASE = ("lab.config", "series.config", "series-debug.config",
         "matrix-base.config")
 ARCH_LINE = re.compile(r"^#\s*arch:\s*(\S+)\s*$", re.M)
-# make's variables, the compiler and the Debian package that has it
-ARCHES = {
-    "arm64": (("ARCH=arm64", "CROSS_COMPILE=aarch64-linux-gnu-"),
-              "aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
-}
 # gcc, objtool and ld all say "warning:" after the file they are about
 WARNING = re.compile(r"(^|: )warning: ", re.I)
 
@@ -72,17 +67,16 @@ def arch_of(fragment):
     the host's own, has no variables."""
     m = ARCH_LINE.search(fragment.read_text())
     if not m:
-        return "x86-64", (), "gcc"
-    arch = m.group(1)
-    if arch not in ARCHES:
-        raise LabError(f"{fragment}: unknown arch {arch!r}: the lab can cross-build "
-                       f"{', '.join(ARCHES)}")
-    make_args, compiler, package = ARCHES[arch]
-    if not shutil.which(compiler):
-        raise LabError(f"the {fragment.stem} configuration needs {compiler}: "
-                       f"`apt-get install {package}`, or leave it out with "
+        return arches.HOST, (), arches.ARCHES[arches.HOST].compiler
+    arch = arches.ARCHES.get(m.group(1))
+    if not arch or not arch.cross:
+        raise LabError(f"{fragment}: unknown arch {m.group(1)!r}: the lab can cross-build "
+                       f"{', '.join(a.name for a in arches.ARCHES.values() if a.cross)}")
+    if not shutil.which(arch.compiler):
+        raise LabError(f"the {fragment.stem} configuration needs {arch.compiler}: "
+                       f"`apt-get install {arch.package}`, or leave it out with "
                        f"--configs NAME,...", exit_code=2)
-    return arch, make_args, compiler
+    return arch.name, arch.make_args, arch.compiler
 
 
 def warnings_in(log_text):

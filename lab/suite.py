@@ -12,7 +12,7 @@ experiment with that switch at 0 (configuration `patched/<switch>=0`).
 
 from dataclasses import dataclass, field
 
-from lab import vm
+from lab import arches, vm
 from lab.errors import LabError
 
 FOLIO_SIZES = ["4K", "16K", "32K", "64K", "128K", "256K", "512K", "1024K"]
@@ -141,13 +141,9 @@ def _experiments():
 
 EXPERIMENTS = _experiments()
 
-# Why the experiments of a group cannot run on an arm64 guest
-NO_HVO_ON_ARM64 = "arm64 6.12 has no hugetlb vmemmap optimisation (HVO)"
-
-
-def arm64_refusal(experiment):
-    """Why @experiment cannot run on an arm64 kernel, or None if it can."""
-    return {"hugetlb": NO_HVO_ON_ARM64}.get(experiment.group)
+def refusal(experiment, arch):
+    """Why @experiment cannot run on a kernel of @arch, or None if it can."""
+    return arches.ARCHES[arch].refused_groups.get(experiment.group)
 
 
 def select(patterns):

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab import build, guest_output, initramfs, paths
+from lab import arches, build, guest_output, initramfs, paths
 from lab.errors import LabError
 from lab.progress import Progress
 
@@ -37,8 +37,6 @@ SPLAT = re.compile(
     r"rcu: INFO: |soft lockup|hard LOCKUP|page_table_check|Bad page state|"
     r"unflush: stale)")
 SIZE = re.compile(r"^\d+[KMG]$")
-QEMU = os.environ.get("UNFLUSH_QEMU", "qemu-system-x86_64")
-QEMU_ARM64 = os.environ.get("UNFLUSH_QEMU_ARM64", "qemu-system-aarch64")
 ARM64_CPU = "max"
 
 
@@ -157,7 +155,7 @@ def qemu_command(image, initrd, shape, console_log, output_log, accel, extra_arg
         cmdline.append(f"unflush.zram={shape.zram}")
     if shape.data_disk:
         cmdline.append("unflush.data=1")
-    cmd = [QEMU, "-nodefaults", "-no-user-config", "-no-reboot",
+    cmd = [arches.ARCHES[arches.HOST].qemu, "-nodefaults", "-no-user-config", "-no-reboot",
            "-display", "none", "-smp", str(shape.cpus)]
     if accel == "kvm":
         cmd += ["-accel", "kvm", "-cpu", "host"]
@@ -272,7 +270,7 @@ def qemu_command_arm64(image, initrd, shape, console_log, output_log, accel,
         # arm64 kernel of the lab has patches/arm64-lab/, without which 6.12
         # would ignore the SRAT on this machine.
         machine += ",hmat=on"
-    cmd = [QEMU_ARM64, "-nodefaults", "-no-user-config", "-no-reboot",
+    cmd = [arches.ARCHES["arm64"].qemu, "-nodefaults", "-no-user-config", "-no-reboot",
            "-display", "none", "-machine", machine, "-smp", str(shape.cpus)]
     if shape.node1:
         cmd += ["-drive", f"if=pflash,format=raw,readonly=on,file={AAVMF}/AAVMF_CODE.fd",
@@ -312,7 +310,7 @@ def find_splats(console):
 
 
 def choose_accel(kernel, shape):
-    if kernel.arch != build.HOST_ARCH:     # no KVM for another architecture
+    if kernel.arch != arches.HOST:     # no KVM for another architecture
         return "kvm" if shape.accel == "kvm" else "tcg"
     if shape.accel != "auto":
         return shape.accel
@@ -330,7 +328,7 @@ def kvm_works(kernel):
     """
     if not Path("/dev/kvm").exists():
         return False
-    qemu = subprocess.run([QEMU, "--version"], capture_output=True,
+    qemu = subprocess.run([arches.ARCHES[arches.HOST].qemu, "--version"], capture_output=True,
                           text=True).stdout.split("\n")[0]
     cache = paths.work_dir() / "kvm-probe.json"
     key = f"{kernel.release} {qemu}"
@@ -370,7 +368,7 @@ def run(kernel, command, shape=None, logdir=None, quiet=False, allow_splats=Fals
     if shape.data_disk and not Path(shape.data_disk).is_file():
         raise LabError(f"data disk {shape.data_disk} not found")
     accel = choose_accel(kernel, shape)
-    host = kernel.arch == build.HOST_ARCH
+    host = kernel.arch == arches.HOST
     if host:
         check_insn_profile(shape)
     else:

@@ -25,7 +25,7 @@ broken-arm64.
 
 import pytest
 
-from lab import build, vm
+from lab import arches, build, vm
 from stale_reads import ktap_exits, run_static_selftest, runs
 
 pytestmark = pytest.mark.vm
@@ -40,7 +40,7 @@ ARGS = {"patched": "", "patched-arm64": "--uffd-wp 0 --soft-dirty 0"}
 
 def on(variant):
     """A parameter of the tests: @variant, opt-in if it is arm64's."""
-    marks = [pytest.mark.arm64] if build.arch(variant) != build.HOST_ARCH else []
+    marks = [pytest.mark.arm64] if arches.ARCHES[build.arch(variant)].cross else []
     return pytest.param(variant, marks=marks, id=variant)
 
 

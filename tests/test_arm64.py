@@ -26,11 +26,12 @@ and none by page with it on.
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from lab import (bench, build, datadisk, initramfs, insnprof, package, paths, report,
+from lab import (arches, bench, build, datadisk, initramfs, insnprof, package, paths, report,
                  safety, suite, vm)
 from lab.errors import LabError
 
@@ -71,7 +72,7 @@ def test_virt_command_line():
                        append="unflush.scratch=64M")
     cmd = vm.qemu_command_arm64("Image", "initrd", shape, "c.log", "o.log", "tcg")
     joined = " ".join(cmd)
-    assert cmd[0] == vm.QEMU_ARM64
+    assert cmd[0] == arches.ARCHES["arm64"].qemu
     assert "-machine virt,gic-version=3" in joined      # GICv2 stops at 8 CPUs
     assert "-smp 12" in joined and "-m 1024M" in joined
     assert "tcg,thread=multi" in joined and "-cpu max" in joined
@@ -182,7 +183,8 @@ def test_runner_reads_the_virtio_console(tmp_path, monkeypatch):
     wrapper = tmp_path / "qemu"
     wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
     wrapper.chmod(0o755)
-    monkeypatch.setattr(vm, "QEMU_ARM64", str(wrapper))
+    monkeypatch.setitem(arches.ARCHES, "arm64",
+                        replace(arches.ARCHES["arm64"], qemu=str(wrapper)))
     archs = []
     monkeypatch.setattr(initramfs, "run_image",
                         lambda cmd, dest, layers=(), arch=None: archs.append(arch) or dest)

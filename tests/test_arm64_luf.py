@@ -7,7 +7,7 @@ made valid in an mm with lazy work pending: every refault of a lazily
 unmapped page, every migration's remap, every contiguous-range install.
 
 On patched-arm64 the hazard modes an arm64 guest can run (all but
-anon-move: luf_hazards.NOT_ON_ARM64; those that demote or compact boot
+anon-move: lab/arches.py's refused_luf_modes; those that demote or compact boot
 `virt` through UEFI for its node 1) must pass with lazy trials, and R8 must
 have flushed.
 On debug-arm64 (KASAN, lockdep, the LUF checker) the same modes pass with no

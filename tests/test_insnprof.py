@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from lab import insnprof, paths, vm
+from lab import arches, insnprof, paths
 from tests.test_cli import lab, one_line_error
 
 SYSTEM_MAP = """\
@@ -32,9 +32,10 @@ def test_qemu_loads_the_plugin(tmp_path, monkeypatch):
     """QEMU itself accepts it (API version, symbols): no guest needed."""
     monkeypatch.setenv("UNFLUSH_WORK", str(tmp_path))
     so = insnprof.plugin()
-    proc = subprocess.run([vm.QEMU, "-nodefaults", "-display", "none", "-accel", "tcg",
-                           "-icount", "shift=0", "-plugin", f"{so},out={tmp_path}/w",
-                           "-machine", "none", "-monitor", "stdio"],
+    proc = subprocess.run([arches.ARCHES[arches.HOST].qemu, "-nodefaults", "-display", "none",
+                           "-accel", "tcg", "-icount", "shift=0",
+                           "-plugin", f"{so},out={tmp_path}/w", "-machine", "none",
+                           "-monitor", "stdio"],
                           input="quit\n", capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
 

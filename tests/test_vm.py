@@ -1,11 +1,12 @@
 """The QEMU runner: command line, and how it judges a guest (with a fake QEMU)."""
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from lab import build, initramfs, vm
+from lab import arches, build, initramfs, vm
 from lab.errors import LabError
 
 FAKE = Path(__file__).with_name("fake_qemu.py")
@@ -16,7 +17,8 @@ def fake(tmp_path, monkeypatch):
     wrapper = tmp_path / "qemu"
     wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
     wrapper.chmod(0o755)
-    monkeypatch.setattr(vm, "QEMU", str(wrapper))
+    monkeypatch.setitem(arches.ARCHES, arches.HOST,
+                        replace(arches.ARCHES[arches.HOST], qemu=str(wrapper)))
     monkeypatch.setattr(initramfs, "run_image", lambda cmd, dest, layers=(): dest)
     kernel = build.Kernel("vanilla", tmp_path / "bzImage", "6.12.117", tmp_path)
 

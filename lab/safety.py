@@ -135,7 +135,7 @@ class StressPhase:
     memcg: str | None = None  # the limit of the cgroup it runs in
     memcg_knob: str = "max"   # which limit: memory.max, or memory.high
     what: str = ""
-    on_disk: bool = False    # stress-ng runs from /scratch (see DISK_SETUP)
+    on_disk: bool = False    # stress-ng runs from /scratch (guest/safety/disk.sh)
 
 
 def stress_phases(soak):
@@ -295,174 +295,31 @@ def _phase_seconds(phase):
 
 # --- guest scripts ----------------------------------------------------------------
 
-# Mounts and knobs both guests want.  THP: `madvise` globally for the
-# selftests (what they expect; the ones about THP and mTHP set their own
-# sizes), and on by default for stress.
-GUEST_SETUP = r"""
-mount -t debugfs none /sys/kernel/debug 2>/dev/null
-T=/sys/kernel/mm/transparent_hugepage
-echo "SAFETY-ENV nodes=$(cat /sys/devices/system/node/has_memory) \
-swap=$(awk 'NR>1{print $1}' /proc/swaps | tr '\n' ' ')\
-mthp=$(ls -d $T/hugepages-* 2>/dev/null | wc -l) \
-hugetlb=$(ls /sys/kernel/mm/hugepages | tr '\n' ' ')"
-"""
+# The guests' shell: guest/safety/ (env.sh, selftests.sh and the tr shim it
+# installs, stress.sh, disk.sh).  Each script is those files in order, and
+# the lines that run the categories or the phases.
+SHELL_DIR = paths.GUEST_SRC / "safety"
 
-# busybox tr knows no [:graph:], which run_vmtests.sh asks for to draw the
-# rule above and below each program's name ("running ./soft-dirty" came out
-# as "-unnin--./soft-di-ty"); in the C locale graph is alnum and punct.
-TR_SHIM = r"""#!/bin/sh
-for arg; do
-	shift
-	case $arg in
-	*"[:graph:]"*) arg=$(printf '%s' "$arg" | sed 's/\[:graph:\]/[:alnum:][:punct:]/g') ;;
-	esac
-	set -- "$@" "$arg"
-done
-exec busybox tr "$@"
-"""
 
-SELFTEST_SCRIPT = r"""
-export PATH=/safety/bin:$PATH
-if grep -q " /scratch ext2 " /proc/mounts; then
-	export TMPDIR=/scratch
-else
-	echo "SAFETY-ERROR no /scratch: stale_tlb's file would not be on a disk filesystem"
-fi
-cat >/safety/bin/tr <<'EOF'
-""" + TR_SHIM + r"""EOF
-chmod +x /safety/bin/tr
-cd /safety/mm
-# run_vmtests.sh raises nr_hugepages to 128 (256 MiB) itself, but puts back
-# the value it found after the userfaultfd tests: reserved here, the huge
-# pages are still there for cow, gup_longterm, pagemap_ioctl and migration
-echo 128 >/proc/sys/vm/nr_hugepages
-# run_vmtests.sh starts on-fault-limit (mlock) only as `sudo -u nobody`, and
-# skips it without sudo.  Everything here runs as root, so a sudo of four
-# lines does: `-u USER` through busybox su (USER must be in /etc/passwd),
-# anything else as root.
-mkdir -p /etc
-grep -q '^nobody:' /etc/passwd 2>/dev/null ||
-	echo 'nobody:x:65534:65534:nobody:/:/bin/sh' >>/etc/passwd
-cat >/safety/bin/sudo <<'EOF'
-#!/bin/sh
-[ "$1" = -u ] || exec "$@"
-user=$2; shift 2
-exec su -s /bin/sh "$user" -c 'exec "$0" "$@"' "$@"
-EOF
-chmod +x /safety/bin/sudo
-# ksm_tests -N marks one page mergeable, waits two full scans, then the
-# other, and waits two more: it assumes ksmd looks at every page in every
-# scan.  KSM's smart scan (6.7) skips a page it has seen unchanged for a few
-# scans, in up to 8 scans out of 9, and ksm_tests sets sleep_millisecs to 0,
-# so the first page ages through many scans while the test polls.  Both
-# kernels then fail "KSM NUMA merging" at random (docs/safety.md).  No test
-# here is about the smart scan, so it is off for all of them.
-echo 0 >/sys/kernel/mm/ksm/smart_scan 2>/dev/null
-# the time before each program starts and before its result: per-test times
-cat >/tmp/stamp <<'EOF'
-while IFS= read -r line; do
-	case $line in
-	"# running "*|"ok "*|"not ok "*) echo "SAFETY-T $(date +%s)" ;;
-	esac
-	printf '%s\n' "$line"
-done
-EOF
-# The counters of unmapping and of TLB shootdowns, before and after each
-# category, as `SAFETY-COUNTER <category> before|after <name> <value>`: what
-# a test did, where its own output does not say (tests/test_safety.py).
-# irq/TLB: the TLB shootdown interrupts of every CPU (x86's TLB line).
-counters() {
-	grep -E '^(nr_tlb_|pswp|pgsteal_|pgmigrate_success )' /proc/vmstat |
-		sed "s/^/SAFETY-COUNTER $1 $2 /"
-	for f in $T/hugepages-*/stats/swpout; do
-		[ -r "$f" ] || continue
-		size=${f#$T/hugepages-}
-		echo "SAFETY-COUNTER $1 $2 mthp/${size%%/*}/swpout $(cat "$f")"
-	done
-	awk -v p="SAFETY-COUNTER $1 $2" '$1 == "TLB:" {
-		n = 0
-		for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++)
-			n += $i
-		print p, "irq/TLB", n
-	}' /proc/interrupts
-}
-# run_vmtests.sh once per category, in its own process group, so that a watchdog
-# can kill it and every test it started; what it ran is reported either way
-run_category() {
-	counters "$1" before
-	echo "SAFETY-CATEGORY-BEGIN $1 $(date +%s)"
-	setsid sh -c "bash ./run_vmtests.sh -t $1 2>&1 | sh /tmp/stamp" &
-	pid=$!
-	( sleep "$2"; echo "SAFETY-WATCHDOG $1 $2"; kill -KILL -"$pid" ) 2>/dev/null &
-	dog=$!
-	wait "$pid"
-	rc=$?
-	kill "$dog" 2>/dev/null
-	echo "SAFETY-CATEGORY-END $1 $rc $(date +%s)"
-	counters "$1" after
-}
-"""
+def guest_shell(name):
+    """The text of guest/safety/@name."""
+    return (SHELL_DIR / name).read_text()
 
-STRESS_SETUP = r"""
-echo always >$T/enabled
-echo always >$T/shmem_enabled
-for size in 16 64 2048; do echo always >$T/hugepages-${size}kB/enabled; done
-echo 1 >/sys/kernel/mm/numa/demotion_enabled
-echo 2 >/proc/sys/kernel/numa_balancing
-echo 100 >/proc/sys/vm/swappiness
-echo +memory >/sys/fs/cgroup/cgroup.subtree_control
-mkdir -p /dev/shm && mount -t tmpfs shm /dev/shm
-export PATH=/safety/bin:$PATH
-mkdir -p /tmp/stress && cd /tmp/stress
-run_phase() {   # name max=SIZE|high=SIZE|- program arguments...
-	name=$1 limit=$2 prog=$3
-	shift 3
-	join=true
-	if [ "$limit" != - ]; then
-		mkdir -p /sys/fs/cgroup/$name
-		echo "${limit#*=}" >/sys/fs/cgroup/$name/memory.${limit%%=*}
-		join="echo \$\$ >/sys/fs/cgroup/$name/cgroup.procs"
-	fi
-	sed "s/^/SAFETY-VMSTAT $name before /" /proc/vmstat
-	echo "SAFETY-STRESS-BEGIN $name $(date +%s)"
-	sh -c "$join && exec $prog --verify --metrics-brief --yaml /tmp/$name.yaml $*"
-	rc=$?
-	echo "SAFETY-STRESS-END $name $rc $(date +%s)"
-	sed "s/^/SAFETY-VMSTAT $name after /" /proc/vmstat
-	echo "SAFETY-YAML-BEGIN $name"
-	cat /tmp/$name.yaml 2>/dev/null
-	echo "SAFETY-YAML-END $name"
-}
-"""
+
+def install(path, text):
+    """Lines of a guest script that write @text to the executable @path."""
+    return f"cat >{path} <<'EOF'\n{text}EOF\nchmod +x {path}\n"
 
 
 # The disk phase's filesystem (guest/init.sh makes an ext2 on zram there).
 DISK_SIZE = "256M"
-DISK_DIR = "/scratch/stress"        # DISK_SETUP copies stress-ng here; hdd's file too
+DISK_DIR = "/scratch/stress"        # disk.sh copies stress-ng here; hdd's file too
 DISK_STRESS_NG = f"{DISK_DIR}/run"
 LUF_DISABLE_RULES = "/sys/kernel/debug/luf/disable_rules"
 
-# stress-ng and every library of the image copied to /scratch, and a
-# wrapper that has the loader find them there (LD_LIBRARY_PATH, inherited by
-# the exec stressor's children), so that their pages are page cache of a disk
-# filesystem.  Dropped from the cache afterwards: faulted in again inside the
-# phase, they are charged to its cgroup and reclaimed there.
-DISK_SETUP = f"disk_dir={DISK_DIR}\n" + r"""
-if grep -q " /scratch ext2 " /proc/mounts && mkdir -p "$disk_dir/lib" &&
-	cp /safety/bin/stress-ng "$disk_dir/" &&
-	cp -L /lib/x86_64-linux-gnu/*.so* "$disk_dir/lib/" &&
-	{ echo '#!/bin/sh'
-		echo "LD_LIBRARY_PATH=$disk_dir/lib exec $disk_dir/stress-ng \"\$@\""
-	} >"$disk_dir/run" && chmod +x "$disk_dir/run" && sync; then
-	echo 3 >/proc/sys/vm/drop_caches
-else
-	echo "SAFETY-ERROR cannot copy stress-ng to /scratch: the disk phase would not run from a disk"
-fi
-"""
-
-
 def selftest_script(categories, variant):
-    lines = [GUEST_SETUP, SELFTEST_SCRIPT]
+    lines = [guest_shell("env.sh"), install("/safety/bin/tr", guest_shell("tr")),
+             guest_shell("selftests.sh")]
     lines += [f"run_category {c.name} {c.watchdog * SLOWDOWN[variant]}"
               for c in categories]
     return "\n".join(lines) + "\n"
@@ -472,9 +329,9 @@ def stress_script(phases, disable_rules=None):
     """The stress guest's script.  `disable_rules`: a mask for the debug
     kernel's /sys/kernel/debug/luf/disable_rules, to run the phases with
     LUF rules off and see whether its checker notices."""
-    lines = [GUEST_SETUP, STRESS_SETUP]
+    lines = [guest_shell("env.sh"), guest_shell("stress.sh")]
     if any(p.on_disk for p in phases):
-        lines.append(DISK_SETUP)
+        lines.append(f"disk_dir={DISK_DIR}\n" + guest_shell("disk.sh"))
     if disable_rules is not None:
         lines.append(f"echo {int(disable_rules)} >{LUF_DISABLE_RULES} || "
                      f"echo 'SAFETY-ERROR cannot write {LUF_DISABLE_RULES}: "
@@ -626,7 +483,7 @@ def run_stress_alone(variant, phases, disable_rules=None):
 
 # How many more boots a lost test gets before it counts as a regression.
 # Upstream tests can be intermittent on vanilla too.  Before the smart scan
-# was turned off (SELFTEST_SCRIPT), ksm_tests -N -m 1 failed about one run
+# was turned off (guest/safety/selftests.sh), ksm_tests -N -m 1 failed about one run
 # in seven on either kernel.  With a single retry the suite then failed on
 # it about once in 45 runs (CI saw it); three retries make that about one
 # in 300.  They stay for the next such test.

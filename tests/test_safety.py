@@ -384,7 +384,7 @@ def test_counters_of_a_category_are_what_it_moved():
 def test_the_guests_counters_parse_on_this_machine(tmp_path):
     """The guest script's counters(), run here on the host's /proc, with a
     fake mTHP directory: every line it prints is a counter the parser takes."""
-    script = safety.SELFTEST_SCRIPT
+    script = safety.guest_shell("selftests.sh")
     body = script[script.index("counters() {"):script.index("# run_vmtests.sh once")]
     stats = tmp_path / "hugepages-32kB" / "stats"
     stats.mkdir(parents=True)
@@ -774,13 +774,14 @@ def test_tr_shim_draws_run_vmtests_rules(tmp_path):
     busybox: every character becomes a dash, and other uses pass through."""
     assert shutil.which("busybox"), "busybox-static missing: run `python3 -m lab setup`"
     shim = tmp_path / "tr"
-    shim.write_text(safety.TR_SHIM)
+    shim.write_text(safety.guest_shell("tr"))
     def tr(text, *args):
         return subprocess.run(["sh", str(shim), *args], input=text,
                               capture_output=True, text=True).stdout
     assert tr("running ./soft-dirty", "[:graph:][:space:]", "-") == "-" * 20
     assert tr("a\nb\n", "\\n", " ") == "a b "
-    assert safety.TR_SHIM in safety.SELFTEST_SCRIPT
+    script = safety.selftest_script(safety.selftest_categories(False), "vanilla")
+    assert safety.install("/safety/bin/tr", safety.guest_shell("tr")) in script
 
 
 def test_ksm_smart_scan_is_off_before_any_selftest_runs():

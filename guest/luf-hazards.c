@@ -787,6 +787,25 @@ static void write_blocks(int fd, const char *target, enum route_kind kind,
 }
 
 /*
+ * The trial's @n blocks (@block, @buf) written through block device
+ * @path, opened for the writes and closed after them, at the file's own
+ * offsets; a helper_fail() on an error.
+ */
+static void write_device(const char *path, uint64_t (*buf)[PAGE_WORDS],
+			 const int *block, int n)
+{
+	int fd = open(path, O_WRONLY | O_DIRECT);
+
+	if (fd < 0) {
+		helper_fail("cannot open %s for writing: %s", path,
+			    strerror(errno));
+		return;
+	}
+	write_blocks(fd, path, DEV_WRITE, buf, block, n, 0);
+	close(fd);
+}
+
+/*
  * The bdev modes: new data over the trial's pages, written to the file's
  * blocks through the block device its filesystem is on.  The blocks are
  * looked up first (a page may be several blocks, anywhere on the device);
@@ -799,18 +818,10 @@ static void helper_bdev_write(void)
 	static uint64_t buf[TRIAL_MAX_PAGES][PAGE_WORDS]
 		__attribute__((aligned(PAGE_SIZE_4K)));
 	static int block[TRIAL_MAX_PAGES * PAGE_SIZE_4K / 512];
-	int n = helper_new_blocks(buf, block), fd;
+	int n = helper_new_blocks(buf, block);
 
-	if (n < 0)
-		return;
-	fd = open(bdev_path, O_WRONLY | O_DIRECT);
-	if (fd < 0) {
-		helper_fail("cannot open %s for writing: %s", bdev_path,
-			    strerror(errno));
-		return;
-	}
-	write_blocks(fd, bdev_path, DEV_WRITE, buf, block, n, 0);
-	close(fd);
+	if (n >= 0)
+		write_device(bdev_path, buf, block, n);
 }
 
 /*
@@ -949,7 +960,8 @@ static void helper_route(int op)
 	const struct route route = { c / (MAX_WRITERS + 1),
 				     c % (MAX_WRITERS + 1) - 1 }, *rt = &route;
 	const struct writer *w = rt->writer >= 0 ? &writers[rt->writer] : NULL;
-	const char *target = w ? w->path : stack.img[0];
+	const char *target = rt->kind == SNAPSHOT_MERGE ? snapshot_node :
+			     w ? w->path : stack.img[0];
 	int n = helper_new_blocks(buf, block);
 	int fd = w ? w->fd : rt->kind == SNAPSHOT_MERGE ? -1 :
 		 open(stack.img[0], O_WRONLY);
@@ -960,8 +972,6 @@ static void helper_route(int op)
 	if (n < 0 || (mode == DM_THIN && !thin_remap(block, n)))
 		return;
 	if (rt->kind == SNAPSHOT_MERGE) {
-		snprintf(route_text, sizeof(route_text), "%s (%s; %s)",
-			 snapshot_node, route_names[rt->kind], stack_text);
 		snapshot_merge(buf, block, n);
 		if (!ctl->error[0] && !before)
 			helper_bdev_check();
@@ -2051,14 +2061,24 @@ static void image_and_device_routes(void)
  */
 #define SNAPSHOT_CHUNK	8	/* sectors: a filesystem block */
 
-static void snapshot_make(void)
+/*
+ * The parameters of the snapshot, and of the merge that takes its place:
+ * origin loop device 0, exceptions on loop device 1, persistent.
+ */
+static const char *snapshot_table(void)
 {
-	char params[96];
+	static char params[96];
 
 	snprintf(params, sizeof(params), "%s", dev_numbers(stack.loop[0]));
 	snprintf(params + strlen(params), sizeof(params) - strlen(params),
 		 " %s P %d", dev_numbers(stack.loop[1]), SNAPSHOT_CHUNK);
-	stack_dm(1, "snapshot", params, snapshot_node, sizeof(snapshot_node));
+	return params;
+}
+
+static void snapshot_make(void)
+{
+	stack_dm(1, "snapshot", snapshot_table(), snapshot_node,
+		 sizeof(snapshot_node));
 }
 
 static void snapshot_setup(struct run *r)
@@ -2096,24 +2116,16 @@ static void snapshot_merge(uint64_t (*buf)[PAGE_WORDS], const int *block,
 			   int n)
 {
 	static char zero[4096] __attribute__((aligned(4096)));
-	char params[96], status[128];
+	char status[128];
 	unsigned long long allocated, total, meta;
-	int fd = open(snapshot_node, O_WRONLY | O_DIRECT);
+	int fd;
 
-	if (fd < 0) {
-		helper_fail("cannot open %s for writing: %s", snapshot_node,
-			    strerror(errno));
-		return;
-	}
-	write_blocks(fd, snapshot_node, DEV_WRITE, buf, block, n, 0);
-	close(fd);
+	write_device(snapshot_node, buf, block, n);
 	if (ctl->error[0])
 		return;
-	snprintf(params, sizeof(params), "%s", dev_numbers(stack.loop[0]));
-	snprintf(params + strlen(params), sizeof(params) - strlen(params),
-		 " %s P %d", dev_numbers(stack.loop[1]), SNAPSHOT_CHUNK);
 	dm_suspend(stack.dm[1]);
-	dm_load(stack.dm[0], "snapshot-merge", params, stack.sectors, false);
+	dm_load(stack.dm[0], "snapshot-merge", snapshot_table(), stack.sectors,
+		false);
 	dm_suspend(stack.dm[0]);
 	dm_resume(stack.dm[0]);
 	dm_remove(stack.dm[1]);

@@ -6,8 +6,9 @@
  * LVM's lvextend and pvmove do it), suspend and resume it apart (a
  * snapshot merge's handover needs the source suspended while the merging
  * device resumes), read its target's status, send its target a message
- * (dm-thin's pool makes its thin devices so) and remove it.  The guest's busybox has
- * no dmsetup, and a static one would have to be built from LVM's sources.
+ * (dm-thin's pool makes its thin devices so) and remove it.  The guest's
+ * busybox has no dmsetup, and a static one would have to be built from
+ * LVM's sources.
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -98,25 +98,6 @@ void nvme_find(struct nvme_disk *d, bool zoned)
 	}
 }
 
-int nvme_zone_reset(int fd, off_t zone)
-{
-	struct nvme_passthru_cmd cmd = {
-		.opcode = NVME_CMD_ZONE_MGMT_SEND,
-		.cdw10 = (uint32_t)(zone / NVME_SECTOR),
-		.cdw11 = (uint32_t)((uint64_t)(zone / NVME_SECTOR) >> 32),
-		.cdw13 = NVME_ZONE_RESET,
-	};
-	int nsid = ioctl(fd, NVME_IOCTL_ID), err;
-
-	if (nsid <= 0)
-		return -1;
-	cmd.nsid = nsid;
-	err = ioctl(fd, NVME_IOCTL_IO_CMD, &cmd);
-	if (err > 0)	/* an NVMe status */
-		errno = EIO;
-	return err ? -1 : 0;
-}
-
 /* one io_uring command on @fd, the generic node: its result, or -errno */
 static int uring_cmd(int fd, const struct nvme_uring_cmd *cmd)
 {
@@ -178,6 +159,39 @@ out:
 	return ret;
 }
 
+/*
+ * @cmd sent to @fd's namespace, by NVME_IOCTL_IO_CMD or (@uring, the
+ * generic node) io_uring: -1 with errno set on an error (EIO for an NVMe
+ * status).
+ */
+static int send_cmd(int fd, struct nvme_passthru_cmd *cmd, bool uring)
+{
+	int nsid = ioctl(fd, NVME_IOCTL_ID), err;
+
+	if (nsid <= 0)
+		return -1;
+	cmd->nsid = nsid;
+	if (uring) {
+		struct nvme_uring_cmd ucmd = {
+			.opcode = cmd->opcode, .nsid = cmd->nsid,
+			.addr = cmd->addr, .data_len = cmd->data_len,
+			.cdw10 = cmd->cdw10, .cdw11 = cmd->cdw11,
+			.cdw12 = cmd->cdw12, .cdw13 = cmd->cdw13,
+		};
+
+		err = uring_cmd(fd, &ucmd);
+		if (err < 0) {
+			errno = -err;
+			return -1;
+		}
+	} else {
+		err = ioctl(fd, NVME_IOCTL_IO_CMD, cmd);
+	}
+	if (err > 0)	/* an NVMe status */
+		errno = EIO;
+	return err ? -1 : 0;
+}
+
 int nvme_write(int fd, enum nvme_route route, off_t at, const void *buf,
 	       size_t len)
 {
@@ -190,30 +204,22 @@ int nvme_write(int fd, enum nvme_route route, off_t at, const void *buf,
 		.addr = zeroes ? 0 : (uintptr_t)buf,
 		.data_len = zeroes ? 0 : len,
 	};
-	int nsid = ioctl(fd, NVME_IOCTL_ID), err;
 
-	if (nsid <= 0 || at % NVME_SECTOR || len % NVME_SECTOR) {
-		errno = nsid <= 0 ? errno : EINVAL;
+	if (at % NVME_SECTOR || len % NVME_SECTOR) {
+		errno = EINVAL;
 		return -1;
 	}
-	cmd.nsid = nsid;
-	if (route == NVME_WRITE_URING) {
-		struct nvme_uring_cmd ucmd = {
-			.opcode = cmd.opcode, .nsid = cmd.nsid,
-			.addr = cmd.addr, .data_len = cmd.data_len,
-			.cdw10 = cmd.cdw10, .cdw11 = cmd.cdw11,
-			.cdw12 = cmd.cdw12,
-		};
+	return send_cmd(fd, &cmd, route == NVME_WRITE_URING);
+}
 
-		err = uring_cmd(fd, &ucmd);
-		if (err < 0) {
-			errno = -err;
-			return -1;
-		}
-	} else {
-		err = ioctl(fd, NVME_IOCTL_IO_CMD, &cmd);
-	}
-	if (err > 0)	/* an NVMe status */
-		errno = EIO;
-	return err ? -1 : 0;
+int nvme_zone_reset(int fd, off_t zone)
+{
+	struct nvme_passthru_cmd cmd = {
+		.opcode = NVME_CMD_ZONE_MGMT_SEND,
+		.cdw10 = (uint32_t)(zone / NVME_SECTOR),
+		.cdw11 = (uint32_t)((uint64_t)(zone / NVME_SECTOR) >> 32),
+		.cdw13 = NVME_ZONE_RESET,
+	};
+
+	return send_cmd(fd, &cmd, false);
 }

@@ -210,11 +210,12 @@ int scsi_write(int fd, enum scsi_route route, off_t at, const void *buf,
 /*
  * NVMe (lib/nvme.c): the nodes of the first NVMe namespace that is
  * @zoned (ZNS) or not, its block device and its generic character device,
- * found with its zone size (dying if there is none); nvme_write() writes @len bytes of @buf (or zeroes: Write Zeroes)
- * at byte @at (both whole sectors) on @fd, by @route: NVME_IOCTL_IO_CMD
- * on either node, or io_uring's IORING_OP_URING_CMD on the generic node:
- * -1 with errno set on an error (EIO for an NVMe status);
- * nvme_zone_reset() resets the zone that starts at byte @zone, so.
+ * found with its zone size (dying if there is none).  nvme_write() writes
+ * @len bytes of @buf (or zeroes: Write Zeroes) at byte @at (both whole
+ * sectors) on @fd, by @route: NVME_IOCTL_IO_CMD on either node, or
+ * io_uring's IORING_OP_URING_CMD on the generic node.  nvme_zone_reset()
+ * resets the zone that starts at byte @zone by NVME_IOCTL_IO_CMD.  Both
+ * return -1 with errno set on an error (EIO for an NVMe status).
  */
 struct nvme_disk {
 	char disk[64], generic[64];
